@@ -1,0 +1,59 @@
+# coa-lab: the two commands are `make reproduce` and `make test`; each sets up .venv when missing.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PROFILE ?= full
+RUN ?= runs/$(PROFILE)
+ARGS ?=
+STAMP := $(VENV)/.installed
+
+.PHONY: reproduce test test-nbs test-py lab export clean-nbs check-sync bench venv sandbox-deps
+
+# The main job: every numbered notebook in order (papermill), resumable; `make reproduce PROFILE=smoke` is quick.
+reproduce: $(STAMP)
+	$(BIN)/python -m coa_lib.reproduce --profile $(PROFILE) --run-dir $(RUN) $(ARGS)
+
+# Every notebook at the smoke profile, then the pytest suite.
+test: test-nbs test-py
+
+test-nbs: $(STAMP)
+	$(BIN)/nbdev_test --n_workers 2 --timing
+
+test-py: $(STAMP)
+	$(BIN)/python -m pytest tests/ -q
+
+venv: $(STAMP)
+
+# torch first, from its pinned CPU wheel (a looser spec pulls a multi-GB CUDA build); then the rest.
+$(STAMP): requirements.txt constraints.txt setup.py settings.ini
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -r requirements.txt -c constraints.txt
+	$(BIN)/python -m pip install -q --no-deps -e .
+	$(MAKE) sandbox-deps
+	touch $(STAMP)
+
+# The code sandbox needs bubblewrap (Debian package); installed when missing and we may install it.
+sandbox-deps:
+	@if command -v bwrap >/dev/null; then echo "bwrap: $$(command -v bwrap)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) >/dev/null && echo "bwrap installed"; \
+	else echo "WARNING: bubblewrap (bwrap) missing and cannot be installed here: the code sandbox will refuse to run code"; fi
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --notebook-dir=nbs
+
+export: $(STAMP)
+	$(BIN)/nbdev_export
+
+clean-nbs: $(STAMP)
+	$(BIN)/nbdev_clean
+
+# Notebooks and exported library agree, and notebooks carry no output noise.
+check-sync: $(STAMP)
+	$(BIN)/nbdev_export && $(BIN)/nbdev_clean && git diff --exit-code -- coa_lib nbs
+
+bench: $(STAMP)
+	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
