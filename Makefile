@@ -35,12 +35,14 @@ $(STAMP): requirements.txt constraints.txt setup.py settings.ini
 	$(MAKE) sandbox-deps
 	touch $(STAMP)
 
-# The code sandbox needs bubblewrap (Debian package); installed when missing and we may install it.
+# The code sandbox runs code as an unprivileged user under bubblewrap (bwrap), with a world-readable interpreter
+# (Debian's /usr/bin/python3, standard library only). Both are Debian packages, installed when missing and we may.
 sandbox-deps:
-	@if command -v bwrap >/dev/null; then echo "bwrap: $$(command -v bwrap)"; \
+	@need=""; command -v bwrap >/dev/null || need="bubblewrap"; [ -x /usr/bin/python3 ] || need="$$need python3-minimal"; \
+	if [ -z "$$need" ]; then echo "sandbox: $$(command -v bwrap), /usr/bin/python3"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) >/dev/null && echo "bwrap installed"; \
-	else echo "WARNING: bubblewrap (bwrap) missing and cannot be installed here: the code sandbox will refuse to run code"; fi
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need) >/dev/null && echo "installed:$$need"; \
+	else echo "WARNING: missing$$need and cannot install it here: the code sandbox will refuse to run code"; fi
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=nbs
