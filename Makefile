@@ -18,10 +18,10 @@ reproduce: $(STAMP)
 test: test-nbs test-py
 
 test-nbs: $(STAMP)
-	$(BIN)/nbdev_test --n_workers 2 --timing
+	OMP_NUM_THREADS=1 $(BIN)/nbdev_test --n_workers 2 --timing
 
 test-py: $(STAMP)
-	$(BIN)/python -m pytest tests/ -q
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/ -q
 
 venv: $(STAMP)
 
