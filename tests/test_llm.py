@@ -24,15 +24,6 @@ CORPUS = [TRAJ, "Ana Vell (born 1961) is a film director from Orsk.", "The river
 PROMPTS = ["<think>", "Who directed Blue Harbor? Think step by step.", TRAJ[:60], "x", "Ana Vell was born in"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    "A ~1M-param model runs several times faster on one thread than on two contended ones; restored afterwards."
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def tok():
     return build_tokenizer(CORPUS, vocab_size=400)

@@ -13,16 +13,8 @@ from coa_lib.rollout import (Episode, FinishReason, ToyToolBox, ToyTrainConfig, 
 BUDGET = dict(max_turns=4, max_new_tokens=24, max_total_tokens=400)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    "Other people run tests on the same 2 cores: one thread each keeps everybody faster."
-    n = torch.get_num_threads(); torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
-def agent(one_thread):
+def agent():
     "A nano Qwen2 trained for a few steps on toy trajectories: it writes tags and tool calls, turns of varied length."
     tok = build_tokenizer(toy_texts(n_worlds=60), vocab_size=1024)
     model = build_tiny_qwen2(tok, size="nano", seed=0)

@@ -23,15 +23,6 @@ TEXT = ("<think>Find the director.</think>\n<web_search>director of Blue Harbor<
 PROMPT = "Who directed Blue Harbor?"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    "A ~1M-param model runs several times faster on one thread than on two contended ones; restored afterwards."
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("model")
