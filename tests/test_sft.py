@@ -1,0 +1,125 @@
+"SFT: observation masking proved through the trainer's own loss; a tiny train_sft run that saves, loads, generates, resumes."
+import json
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from coa_lib.format import format_observation, observation_char_spans
+from coa_lib.llm import build_tiny_qwen2, build_tokenizer, load_policy
+from coa_lib.sft import (IGNORE, SFTStageConfig, build_sft_trainer, encode_sft_row, last_checkpoint, replace_token,
+                         sft_loss, tokenize_sft, train_sft)
+
+PROMPT = "<|im_start|>user\nWho directed {film}?<|im_end|>\n<|im_start|>assistant\n"
+
+
+def trajectory(film: str, person: str) -> str:
+    return (f"<think>Search {film}.</think>\n<web_search>{film}</web_search>"
+            + format_observation(f"{film} is a film directed by {person}. It was shot in Orsk.")
+            + f"<think>{person} directed it.</think>\n<answer>{person}</answer>")
+
+
+FILMS = [("Blue Harbor", "Ana Vell"), ("Red Mill", "Tom Osk"), ("Grey Lake", "Ida Marr"), ("Old Pier", "Lev Sand")]
+ROWS = [{"prompt": PROMPT.format(film=f), "completion": trajectory(f, p)} for f, p in FILMS]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer([r["prompt"] + r["completion"] for r in ROWS] * 10, vocab_size=420)
+
+
+@pytest.fixture(scope="module")
+def trainer(tok, tmp_path_factory):
+    model = build_tiny_qwen2(tok, "nano", init_std=0.2)   # a wide init: random logits far from uniform
+    return build_sft_trainer(tokenize_sft(ROWS, tok), model, tok, tmp_path_factory.mktemp("tr"),
+                             SFTStageConfig(batch_size=2, save_steps=1000), max_steps=1)
+
+
+def test_trl_keeps_our_labels(tok, trainer):
+    "TRL's dataset preparation must not rebuild or drop the labels we hand it."
+    ours = tokenize_sft(ROWS, tok)
+    assert trainer.train_dataset.num_rows == len(ROWS)
+    got = {tuple(r["input_ids"]): r["labels"] for r in trainer.train_dataset}
+    for r in ours: assert got[tuple(r["input_ids"])] == r["labels"]
+
+
+def test_observation_tokens_never_scored(tok):
+    for r in ROWS:
+        e = encode_sft_row(r["prompt"], r["completion"], tok)
+        scored = tok.decode([i for i, l in zip(e["input_ids"], e["labels"]) if l != IGNORE])
+        obs = [r["completion"][a:b] for a, b in observation_char_spans(r["completion"])]
+        assert scored == r["completion"].replace(obs[0], "")
+        assert "<observation>" not in scored and "shot in Orsk" not in scored
+
+
+def test_changing_an_observation_token_leaves_the_loss_unchanged(tok, trainer):
+    "Cut right after the observation: every observation token changed in turn, the loss is bit-identical."
+    r = ROWS[0]
+    cut = r["completion"][:observation_char_spans(r["completion"])[0][1]]
+    row = encode_sft_row(r["prompt"], cut, tok)
+    n_prompt = len(tok(r["prompt"], add_special_tokens=False)["input_ids"])
+    obs = [k for k, l in enumerate(row["labels"]) if l == IGNORE and k >= n_prompt]
+    own = [k for k, l in enumerate(row["labels"]) if l != IGNORE]
+    assert len(obs) > 10 and len(own) > 5
+    base = sft_loss(trainer, [row])
+    for new in (tok.convert_tokens_to_ids("<answer>"), 300):
+        for k in obs: assert sft_loss(trainer, [replace_token(row, k, new)]) == base, k
+        for k in own[1:]: assert abs(sft_loss(trainer, [replace_token(row, k, new)]) - base) > 1e-6, k
+
+
+def test_loss_is_mean_over_model_written_tokens_only(tok, trainer):
+    "In whole trajectories (observations mid-sequence) the loss is the CE averaged over exactly the model-written tokens."
+    rows = [encode_sft_row(r["prompt"], r["completion"], tok) for r in ROWS[:2]]
+    got = sft_loss(trainer, rows)
+    model = trainer.model.eval()
+    total, n = 0.0, 0
+    with torch.no_grad():
+        for e in rows:
+            logits = model(torch.tensor([e["input_ids"]])).logits[0, :-1].float()
+            tgt = torch.tensor(e["labels"][1:])
+            keep = tgt != IGNORE
+            total += float(torch.nn.functional.cross_entropy(logits[keep], tgt[keep], reduction="sum")); n += int(keep.sum())
+    assert n == sum(sum(l != IGNORE for l in e["labels"][1:]) for e in rows)
+    assert abs(got - total / n) < 1e-4
+
+
+class _StopAfterSave(TrainerCallback):
+    "Simulates a crash: raises right after the checkpoint of step `at` is saved."
+    def __init__(self, at): self.at = at
+    def on_save(self, args, state, control, **kw):
+        if state.global_step == self.at: raise KeyboardInterrupt("simulated kill")
+
+
+class _FirstStep(TrainerCallback):
+    def __init__(self): self.first = None
+    def on_step_end(self, args, state, control, **kw):
+        if self.first is None: self.first = state.global_step
+
+
+def test_train_save_load_generate_and_resume(tok, tmp_path):
+    cfg = SFTStageConfig(size="nano", batch_size=2, max_steps=4, save_steps=2, logging_steps=1, warmup_steps=1, max_len=256)
+    out = tmp_path / "student"
+    with pytest.raises(KeyboardInterrupt):
+        train_sft(tokenize_sft(ROWS * 3, tok), build_tiny_qwen2(tok, "nano"), out, cfg, tokenizer=tok, callbacks=[_StopAfterSave(2)])
+    assert last_checkpoint(out).name == "checkpoint-2" and not (out / "sft_done.json").exists()
+    first = _FirstStep()
+    path = train_sft(ROWS * 3, build_tiny_qwen2(tok, "nano"), out, cfg, tokenizer=tok, callbacks=[first])
+    done = json.loads((path / "sft_done.json").read_text())
+    assert first.first == 3, "the re-run must continue at step 3, not restart"
+    assert done["global_step"] == 4 and done["resumed_from"].endswith("checkpoint-2")
+    hist = json.loads((path / "loss_history.json").read_text())
+    assert [h["step"] for h in hist] == [1, 2, 3, 4]   # the resumed history carries the steps before the kill
+    assert (path / "loss.png").stat().st_size > 0
+    pol = load_policy(path)
+    c = pol.generate([ROWS[0]["prompt"]], max_new_tokens=5)[0]
+    assert c.prompt_tokens > 0 and c.completion_tokens > 0
+    tuned = train_sft(ROWS, path, tmp_path / "from_path", SFTStageConfig(max_steps=2, batch_size=2, save_steps=100))   # base = a saved HF dir
+    assert json.loads((tuned / "sft_done.json").read_text())["global_step"] == 2 and load_policy(tuned).generate(["x"], max_new_tokens=2)
+    again = _FirstStep()   # finished: a third call returns at once without training
+    assert train_sft(ROWS * 3, build_tiny_qwen2(tok, "nano"), out, cfg, tokenizer=tok, callbacks=[again]) == path
+    assert again.first is None
+
+
+def test_bad_rows_are_named(tok):
+    with pytest.raises(ValueError, match="SFT row 1: field 'completion'"):
+        tokenize_sft([ROWS[0], {"prompt": "p", "completion": 3}], tok)
