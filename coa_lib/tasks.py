@@ -153,7 +153,7 @@ class World:
         kinds = ", ".join(f"{len(self.of_type(t))} {t}" for t in ENTITY_TYPES)
         return f"World(seed={self.seed}, {kinds})"
 
-# %% ../nbs/01_tasks.ipynb #89de9c3f
+# %% ../nbs/01_tasks.ipynb #de3bfec9
 def _type_counts(n: int) -> dict[str, int]:
     if n < sum(ENTITY_MIN.values()): raise ValueError(f"n_entities={n} is too small; use at least {sum(ENTITY_MIN.values())}")
     counts = {t: max(ENTITY_MIN[t], round(n * ENTITY_MIX[t])) for t in ENTITY_TYPES}
@@ -168,6 +168,14 @@ def _make_entities(rng: random.Random, n: int) -> dict[str, Entity]:
         e = ents[name] = Entity(name, type, attrs); return e
     def twin_of(pool: list[Entity], p: float = 0.2) -> Entity | None:
         return rng.choice(pool) if pool and rng.random() < p else None
+    def word_and_noun(made: list[Entity], nouns: tuple[str, ...]) -> tuple[str, Entity | None]:
+        "A new 'Word Noun' name; with some probability it reuses the word of an earlier one (its look-alike twin)."
+        twin = twin_of([e for e in made if "namesake" not in e.attrs])
+        while True:
+            word = twin.name.split()[0] if twin else names.word()
+            name = f"{word} {rng.choice(nouns)}"
+            if name not in ents: return name, twin
+            twin = None
 
     countries = [add(_country_name(names, rng), "country",
                      founded=rng.randint(1200, 1950), population=rng.randint(1_000_000, 90_000_000)) for _ in range(counts["country"])]
@@ -193,12 +201,7 @@ def _make_entities(rng: random.Random, n: int) -> dict[str, Entity]:
         a.attrs["spouse"], b.attrs["spouse"] = b.name, a.name
     companies = []
     for _ in range(counts["company"]):
-        twin = twin_of([c for c in companies if "namesake" not in c.attrs])
-        while True:
-            word = twin.name.split()[0] if twin else names.word()
-            name = f"{word} {rng.choice(COMPANY_SUFFIXES)}"
-            if name not in ents: break
-            twin = None
+        name, twin = word_and_noun(companies, COMPANY_SUFFIXES)
         founder = rng.choice(people)
         c = add(name, "company", founder=founder.name, founded=founder["born"] + rng.randint(22, 50),
                 hq=rng.choice(cities).name, employees=rng.randint(40, 180_000))
@@ -207,12 +210,7 @@ def _make_entities(rng: random.Random, n: int) -> dict[str, Entity]:
     for c in companies: c.attrs["rival"] = rng.choice([o for o in companies if o is not c]).name
     films = []
     for _ in range(counts["film"]):
-        twin = twin_of([f for f in films if "namesake" not in f.attrs])
-        while True:
-            word = twin.name.split()[0] if twin else names.word()
-            name = f"{word} {rng.choice(FILM_NOUNS)}"
-            if name not in ents: break
-            twin = None
+        name, twin = word_and_noun(films, FILM_NOUNS)
         director = rng.choice(people)
         cast = rng.sample([p for p in people if p is not director], 2)
         f = add(name, "film", director=director.name, released=director["born"] + rng.randint(25, 54), cast=[p.name for p in cast])
