@@ -8,11 +8,15 @@ RUN ?= runs/$(PROFILE)
 ARGS ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: reproduce test test-nbs test-py lab export clean-nbs check-sync bench venv sandbox-deps
+.PHONY: readme reproduce test test-nbs test-py lab export clean-nbs check-sync bench venv sandbox-deps
 
 # The main job: every numbered notebook in order (papermill), resumable; `make reproduce PROFILE=smoke` is quick.
 reproduce: $(STAMP)
 	$(BIN)/python -m coa_lib.reproduce --profile $(PROFILE) --run-dir $(RUN) $(ARGS)
+
+# The README's results section, regenerated from a finished run dir (default runs/full).
+readme: $(STAMP)
+	$(BIN)/python -c "from coa_lib.reproduce import update_readme; update_readme('README.md', '$(RUN)')"
 
 # Every notebook at the smoke profile, then the pytest suite.
 test: test-nbs test-py

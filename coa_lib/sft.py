@@ -17,9 +17,9 @@ from .format import observation_char_spans
 
 # %% auto #0
 __all__ = ['IGNORE', 'STUDENTS', 'GAME24_PAPER', 'completion_pieces', 'encode_sft_row', 'tokenize_sft', 'SFTStageConfig',
-           'build_sft_trainer', 'last_checkpoint', 'train_sft', 'plot_loss', 'sft_loss', 'replace_token', 'Student',
-           'train_students', 'eval_tasks', 'evaluate_student', 'teacher_metrics', 'results_table', 'plot_results',
-           'game24_real']
+           'build_sft_trainer', 'last_checkpoint', 'budget_subset', 'train_sft', 'plot_loss', 'sft_loss',
+           'replace_token', 'Student', 'train_students', 'eval_tasks', 'evaluate_student', 'teacher_metrics',
+           'results_table', 'plot_results', 'game24_real', 'sft_report']
 
 # %% ../nbs/09_sft.ipynb #47720e1c
 IGNORE = -100   # the label of a token that gets no loss
@@ -66,7 +66,7 @@ def tokenize_sft(dataset, tokenizer, max_len: int | None = 1024) -> Dataset:
         out["input_ids"].append(e["input_ids"]); out["labels"].append(e["labels"]); out["n_trained"].append(n)
     return Dataset.from_dict(out)
 
-# %% ../nbs/09_sft.ipynb #b1ab3b42
+# %% ../nbs/09_sft.ipynb #3e5c6b7a
 @dataclass
 class SFTStageConfig:
     "Sizes and settings of the SFT stage (named so as not to clash with TRL's `SFTConfig`)."
@@ -83,6 +83,8 @@ class SFTStageConfig:
     save_steps: int = 200
     logging_steps: int = 10
     bf16: bool = False              # bf16 autocast; see bench/train_bench.py
+    group_by_length: bool = True    # batches of similar lengths (less padding); still shuffled across groups
+    token_metrics: bool = False     # TRL's entropy / token-accuracy logging (a fused LM head: ~18% slower on CPU)
     threads: int | None = None      # torch threads while training (None: leave as is)
     seed: int = 0
     n_eval: int = 8                 # evaluation tasks per kind (test split) for each student
@@ -102,7 +104,7 @@ class SFTStageConfig:
         if self.max_steps is not None: return self.max_steps
         return max(1, math.ceil(self.token_budget / (self.batch_size * self.grad_accum * max(1.0, mean_tokens))))
 
-# %% ../nbs/09_sft.ipynb #85e76fbd
+# %% ../nbs/09_sft.ipynb #9017ea97
 def _trainer_args(out_dir: Path, cfg: SFTStageConfig, max_steps: int):
     from trl import SFTConfig
     return SFTConfig(output_dir=str(out_dir / "checkpoints"), max_steps=max_steps, per_device_train_batch_size=cfg.batch_size,
@@ -111,7 +113,8 @@ def _trainer_args(out_dir: Path, cfg: SFTStageConfig, max_steps: int):
                      logging_steps=cfg.logging_steps, save_steps=cfg.save_steps, save_total_limit=2, report_to="none",
                      use_cpu=not torch.cuda.is_available(), bf16=cfg.bf16, seed=cfg.seed, data_seed=cfg.seed,
                      max_length=None, dataset_num_proc=None, dataloader_num_workers=0, disable_tqdm=True,
-                     include_num_input_tokens_seen="non_padding", shuffle_dataset=False)
+                     include_num_input_tokens_seen="non_padding", shuffle_dataset=False,
+                     train_sampling_strategy="group_by_length" if cfg.group_by_length else "random")
 
 def _load_base(base, tokenizer):
     if isinstance(base, torch.nn.Module):
@@ -120,12 +123,22 @@ def _load_base(base, tokenizer):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     return AutoModelForCausalLM.from_pretrained(str(base)), tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(str(base))
 
+def _plain_loss_trainer_class():
+    from transformers import Trainer
+    from trl import SFTTrainer
+    class PlainLossSFTTrainer(SFTTrainer):
+        "`SFTTrainer` whose loss is the model's own masked cross-entropy, without TRL's entropy/accuracy metrics."
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            return Trainer.compute_loss(self, model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+    return PlainLossSFTTrainer
+
 def build_sft_trainer(train_set: Dataset, model, tokenizer, out_dir, cfg: SFTStageConfig, max_steps: int, callbacks=None):
     "TRL's `SFTTrainer` on a pre-tokenized set (`input_ids` + `labels`), as `train_sft` builds it."
     from transformers.trainer_callback import PrinterCallback
     from trl import SFTTrainer
     if "labels" not in train_set.column_names: raise ValueError("build_sft_trainer needs a tokenized set with `labels` (see tokenize_sft)")
-    trainer = SFTTrainer(model=model, args=_trainer_args(Path(out_dir), cfg, max_steps), train_dataset=train_set.select_columns(["input_ids", "labels"]),
+    trainer_class = SFTTrainer if cfg.token_metrics else _plain_loss_trainer_class()
+    trainer = trainer_class(model=model, args=_trainer_args(Path(out_dir), cfg, max_steps), train_dataset=train_set.select_columns(["input_ids", "labels"]),
                          processing_class=tokenizer, callbacks=list(callbacks or []))
     trainer.remove_callback(PrinterCallback)   # the loss history is saved and plotted instead of printed
     return trainer
@@ -136,12 +149,24 @@ def last_checkpoint(out_dir) -> Path | None:
     found = sorted(ck.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])) if ck.exists() else []
     return found[-1] if found else None
 
+def budget_subset(dataset: Dataset, tokenizer, cfg: SFTStageConfig, chunk: int = 256) -> Dataset:
+    "Tokenized rows, in a seeded random order, until the budget is covered: `token_budget` tokens, or `max_steps` batches of rows."
+    order = torch.randperm(dataset.num_rows, generator=torch.Generator().manual_seed(cfg.seed)).tolist()
+    rows_needed = cfg.max_steps * cfg.batch_size * cfg.grad_accum if cfg.max_steps is not None else None
+    parts, n_rows, n_tokens = [], 0, 0
+    for start in range(0, len(order), chunk):
+        part = tokenize_sft(dataset.select(order[start:start + chunk]), tokenizer, cfg.max_len)
+        parts.append(part); n_rows += part.num_rows; n_tokens += sum(map(len, part["input_ids"]))
+        if (n_rows >= rows_needed) if rows_needed is not None else (n_tokens >= cfg.token_budget): break
+    from datasets import concatenate_datasets
+    return concatenate_datasets(parts)
+
 def train_sft(dataset, base, out_dir, config: SFTStageConfig | None = None, tokenizer=None, callbacks=None) -> Path:
     "Train `base` on `dataset` (prompt/completion rows or a tokenized set), observations masked; the saved model's dir."
     cfg, out_dir = config or SFTStageConfig(), Path(out_dir)
     model, tokenizer = _load_base(base, tokenizer)
     if not isinstance(dataset, Dataset): dataset = Dataset.from_list(list(dataset))
-    train_set = dataset if "labels" in dataset.column_names else tokenize_sft(dataset, tokenizer, cfg.max_len)
+    train_set = dataset if "labels" in dataset.column_names else budget_subset(dataset, tokenizer, cfg)
     if train_set.num_rows == 0: raise ValueError(f"train_sft: no trainable rows in the dataset for {out_dir}")
     max_steps = cfg.steps_for(sum(len(x) for x in train_set["input_ids"]) / train_set.num_rows)
     done = out_dir / "sft_done.json"
@@ -300,3 +325,40 @@ def game24_real(n: int | None = None) -> list[dict]:
     from coa_lib.tasks import agentflow_benchmark_dir, load_benchmark
     ds = load_benchmark(agentflow_benchmark_dir() / "gameof24.json", "gameof24_json")
     return [dict(t) for t in (ds if n is None else ds.select(range(min(n, ds.num_rows))))]
+
+# %% ../nbs/09_sft.ipynb #7d79d444
+def _pct(x: float) -> str: return f"{100 * x:.1f}"
+
+def sft_report(run_dir) -> str:
+    "Markdown of the SFT stage's results (table with 95% CIs, real GameOf24, memorisation gap, training) from the run's JSON."
+    rd = Path(run_dir)
+    res, g24, gap = read_json(rd / "sft_results.json"), read_json(rd / "sft_game24.json"), read_json(rd / "sft_memorisation_gap.json")
+    m = res["metrics"]
+    names = ["teacher_mas"] + [s.name for s in STUDENTS if s.name in m]
+    kinds = [k for k in TASK_KINDS if any(k in m[n]["by_kind"] for n in names)]
+    out = [f"#### SFT students vs the teacher MAS (test split, {res['n_test_tasks']} tasks: {res['config']['n_eval']} per kind; accuracy in %)", "",
+           "| system | accuracy [95% CI] | " + " | ".join(kinds) + " | tokens/task | generated/task | tool calls | turns | invalid % |",
+           "|---|---|" + "---:|" * len(kinds) + "---:|---:|---:|---:|---:|"]
+    for n in names:
+        x = m[n]; lo, hi = x["accuracy_ci95"]
+        by = " | ".join(_pct(x["by_kind"][k]["accuracy"]) if k in x["by_kind"] else "" for k in kinds)
+        out.append(f"| {n} | {_pct(x['accuracy'])} [{_pct(lo)}, {_pct(hi)}] | {by} | {x['mean_processed_tokens']:,.0f} | "
+                   f"{x['mean_generated_tokens']:,.0f} | {x['mean_tool_calls']:.2f} | {x['mean_turns']:.2f} | {_pct(x['invalid_rate'])} |")
+    t, c = m["teacher_mas"], m.get("coa")
+    if c:
+        out += ["", f"CoA student / teacher: accuracy {c['accuracy'] / max(t['accuracy'], 1e-9):.2f}× (paper's goal ≥ 0.8×), "
+                    f"tokens per task {c['mean_processed_tokens'] / max(t['mean_processed_tokens'], 1e-9):.2f}× (goal ≤ 0.15×)."]
+    acc = g24["accuracy"]
+    out += ["", f"#### Real GameOf24 (AgentFlow's file, {g24['n_hands']} hands; accuracy in %)", "",
+            "| system | first 100 | all |", "|---|---:|---:|"]
+    out += [f"| {n} | {_pct(a['first_100'])} | {_pct(a['all'])} |" for n, a in acc.items()]
+    out += [f"| {n} (paper) | {_pct(v)} | |" for n, v in g24["paper"].items()]
+    out += ["", f"#### Memorisation gap (CoA student, QA kinds): training worlds {_pct(gap['train_worlds'])}% "
+                f"({gap['n_train_worlds']} held-back tasks) vs test worlds {_pct(gap['test_worlds'])}% ({gap['n_test_worlds']} tasks): "
+                f"gap {_pct(gap['gap'])} points.", "",
+            "#### Training (equal token budgets)", "", "| student | tokens seen | steps | rows | wall s | tokens/s | final loss |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, d in res.get("training", {}).items():
+        out.append(f"| {name} | {d['tokens_seen']:,} | {d['global_step']} | {d['rows']:,} | {d['wall_s']:.0f} | "
+                   f"{d['tokens_seen'] / max(d['wall_s'], 1e-9):,.0f} | {d['final_loss']:.3f} |")
+    return "\n".join(out) + "\n"

@@ -28,11 +28,12 @@ def tok():
     return build_tokenizer([r["prompt"] + r["completion"] for r in ROWS] * 10, vocab_size=420)
 
 
-@pytest.fixture(scope="module")
-def trainer(tok, tmp_path_factory):
+@pytest.fixture(scope="module", params=[False, True], ids=["plain_loss", "trl_fused_loss"])
+def trainer(tok, tmp_path_factory, request):
+    "Both loss paths: the model's own loss (`train_sft`'s default) and TRL's fused one (`token_metrics=True`)."
     model = build_tiny_qwen2(tok, "nano", init_std=0.2)   # a wide init: random logits far from uniform
     return build_sft_trainer(tokenize_sft(ROWS, tok), model, tok, tmp_path_factory.mktemp("tr"),
-                             SFTStageConfig(batch_size=2, save_steps=1000), max_steps=1)
+                             SFTStageConfig(batch_size=2, save_steps=1000, token_metrics=request.param), max_steps=1)
 
 
 def test_trl_keeps_our_labels(tok, trainer):

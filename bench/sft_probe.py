@@ -1,0 +1,77 @@
+"""Tune the SFT stage on `dev`: train one student with a given budget and evaluate it on dev tasks, by kind.
+
+The full profile's sizes (`coa_lib.sft.SFTStageConfig.for_profile("full")`) were chosen with this script, on the
+**dev** split only (the test split is for the stage notebook's table). It trains one student of the run's SFT sets
+(`coa_lib.filtering.build_sft_sets`, built at the run's profile when missing) through `coa_lib.sft.train_sft`, then rolls
+it out with the real tools on the first `--n-dev` dev tasks of each kind (`coa_lib.rollout.evaluate`, greedy).
+
+    python bench/sft_probe.py --run-dir runs/full --set coa_sft --tokens 600000 [--batch 4] [--lr 2e-3] [--size tiny]
+Prints training speed, loss and dev accuracy by kind; writes bench/results/sft_probe_<label>.json.
+"""
+from __future__ import annotations
+import argparse, os, time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from coa_lib.core import atomic_write_json, read_json, resolve_run_dir
+from coa_lib.sft import STUDENTS, SFTStageConfig, eval_tasks, evaluate_student, train_sft
+
+HERE = Path(__file__).resolve().parent
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run-dir", required=True, help="a run dir with (or to build) the SFT sets")
+    ap.add_argument("--profile", default="full", help="the profile the run dir's sets are built at")
+    ap.add_argument("--set", default="coa_sft", choices=[s.sft_set for s in STUDENTS])
+    ap.add_argument("--tokens", type=int, default=600_000, help="token budget (processed tokens)")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--size", default="tiny")
+    ap.add_argument("--max-len", type=int, default=2048)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--n-dev", type=int, default=10, help="dev tasks per kind")
+    ap.add_argument("--label", default=None, help="name of the result (default from the settings)")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    from coa_lib.filtering import build_sft_sets
+    from coa_lib.llm import build_tiny_qwen2
+    from coa_lib.mas import student_tokenizer
+    from coa_lib.tasks import TaskConfig, build_task_splits
+    rd = resolve_run_dir(a.run_dir)
+    student = next(s for s in STUDENTS if s.sft_set == a.set)
+    label = a.label or f"{student.name}_{a.size}_{a.tokens // 1000}k_b{a.batch}_lr{a.lr:g}"
+    cfg = SFTStageConfig.for_profile(a.profile)
+    cfg.size, cfg.token_budget, cfg.batch_size, cfg.lr, cfg.max_len, cfg.warmup_steps = a.size, a.tokens, a.batch, a.lr, a.max_len, a.warmup
+    cfg.threads, cfg.save_steps, cfg.logging_steps = a.threads, 50, 10
+    rows = build_sft_sets(rd, a.profile, progress=False)[a.set]
+    tok = student_tokenizer(rd, a.profile)
+    load0 = os.getloadavg()[0]
+    out = rd / "sft_probe" / label
+    path = train_sft(rows, build_tiny_qwen2(tok, a.size, seed=cfg.seed), out, cfg, tokenizer=tok)
+    done = read_json(path / "sft_done.json")
+    history = read_json(path / "loss_history.json")
+    dev = eval_tasks(build_task_splits(rd, TaskConfig.for_profile(a.profile))["dev"], a.n_dev)
+    t0 = time.perf_counter()
+    metrics, _ = evaluate_student(path, student, dev, rd, f"sft_probe_eval/{label}", cfg)
+    eval_s = time.perf_counter() - t0
+    res = {"label": label, "set": a.set, "config": asdict(cfg), "load_avg_before": load0, "load_avg_after": os.getloadavg()[0],
+           "train_wall_s": done["wall_s"], "tokens_seen": done["tokens_seen"], "steps": done["global_step"],
+           "train_tokens_per_s": done["tokens_seen"] / done["wall_s"], "final_loss": history[-1]["loss"] if history else None,
+           "train_loss": done["train_loss"], "dev_tasks": len(dev), "eval_wall_s": eval_s,
+           "dev_accuracy": metrics["accuracy"], "dev_by_kind": {k: v["accuracy"] for k, v in metrics["by_kind"].items()},
+           "invalid_rate": metrics["invalid_rate"], "mean_generated_tokens": metrics["mean_generated_tokens"],
+           "mean_tool_calls": metrics["mean_tool_calls"], "generated_tokens_per_s": metrics["generated_tokens_per_s"]}
+    print(f"{label}: {done['tokens_seen']:,} tokens in {done['wall_s']:.0f}s ({res['train_tokens_per_s']:,.0f} tok/s, load {load0:.1f}), "
+          f"{done['global_step']} steps, last logged loss {res['final_loss']}")
+    print(f"dev accuracy {metrics['accuracy']:.3f} on {len(dev)} tasks in {eval_s:.0f}s "
+          f"({metrics['generated_tokens_per_s']:.0f} generated tok/s); invalid {metrics['invalid_rate']:.2f}; by kind "
+          + ", ".join(f"{k} {v:.2f}" for k, v in res["dev_by_kind"].items()))
+    atomic_write_json(HERE / "results" / f"sft_probe_{label}.json", res)
+
+
+if __name__ == "__main__":
+    main()
