@@ -35,6 +35,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-dev", type=int, default=10, help="dev tasks per kind")
     ap.add_argument("--label", default=None, help="name of the result (default from the settings)")
+    ap.add_argument("--eval-every", type=int, default=0, help="also evaluate on dev every N steps during training (a learning curve)")
+    ap.add_argument("--schedule", default="cosine", choices=["cosine", "constant_with_warmup"], help="learning-rate schedule (constant: a curve's points are comparable)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from coa_lib.filtering import build_sft_sets
@@ -46,15 +48,35 @@ def main():
     label = a.label or f"{student.name}_{a.size}_{a.tokens // 1000}k_b{a.batch}_lr{a.lr:g}"
     cfg = SFTStageConfig.for_profile(a.profile)
     cfg.size, cfg.token_budget, cfg.batch_size, cfg.lr, cfg.max_len, cfg.warmup_steps = a.size, a.tokens, a.batch, a.lr, a.max_len, a.warmup
-    cfg.threads, cfg.save_steps, cfg.logging_steps = a.threads, 50, 10
+    cfg.threads, cfg.save_steps, cfg.logging_steps, cfg.lr_schedule = a.threads, 50, 10, a.schedule
     rows = build_sft_sets(rd, a.profile, progress=False)[a.set]
     tok = student_tokenizer(rd, a.profile)
     load0 = os.getloadavg()[0]
     out = rd / "sft_probe" / label
-    path = train_sft(rows, build_tiny_qwen2(tok, a.size, seed=cfg.seed), out, cfg, tokenizer=tok)
+    dev = eval_tasks(build_task_splits(rd, TaskConfig.for_profile(a.profile))["dev"], a.n_dev)
+    curve, callbacks = [], []
+    if a.eval_every:
+        from transformers import TrainerCallback
+        from coa_lib.llm import load_policy
+        from coa_lib.rollout import evaluate
+        class DevCurve(TrainerCallback):
+            "Dev accuracy of the live model every `eval_every` steps (greedy, the student's format)."
+            def on_step_end(self, args, state, control, model=None, **kw):
+                if state.global_step % a.eval_every: return
+                model.eval()
+                try:
+                    m, _ = evaluate(load_policy(model, tok), dev, fmt=student.fmt, max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, progress=False)
+                finally: model.train()
+                loss = next((h["loss"] for h in reversed(state.log_history) if "loss" in h), None)
+                curve.append({"step": state.global_step, "tokens_seen": int(state.num_input_tokens_seen), "loss": loss, "dev_accuracy": m["accuracy"],
+                              "by_kind": {k: v["accuracy"] for k, v in m["by_kind"].items()}, "invalid_rate": m["invalid_rate"]})
+                print(f"step {state.global_step} tokens {state.num_input_tokens_seen:,} loss {loss} dev {m['accuracy']:.3f} invalid {m['invalid_rate']:.2f} "
+                      + " ".join(f"{k[:4]} {v['accuracy']:.2f}" for k, v in m["by_kind"].items()), flush=True)
+                atomic_write_json(HERE / "results" / f"sft_probe_{label}_curve.json", curve)
+        callbacks.append(DevCurve())
+    path = train_sft(rows, build_tiny_qwen2(tok, a.size, seed=cfg.seed), out, cfg, tokenizer=tok, callbacks=callbacks)
     done = read_json(path / "sft_done.json")
     history = read_json(path / "loss_history.json")
-    dev = eval_tasks(build_task_splits(rd, TaskConfig.for_profile(a.profile))["dev"], a.n_dev)
     t0 = time.perf_counter()
     metrics, _ = evaluate_student(path, student, dev, rd, f"sft_probe_eval/{label}", cfg)
     eval_s = time.perf_counter() - t0
@@ -64,7 +86,7 @@ def main():
            "train_loss": done["train_loss"], "dev_tasks": len(dev), "eval_wall_s": eval_s,
            "dev_accuracy": metrics["accuracy"], "dev_by_kind": {k: v["accuracy"] for k, v in metrics["by_kind"].items()},
            "invalid_rate": metrics["invalid_rate"], "mean_generated_tokens": metrics["mean_generated_tokens"],
-           "mean_tool_calls": metrics["mean_tool_calls"], "generated_tokens_per_s": metrics["generated_tokens_per_s"]}
+           "mean_tool_calls": metrics["mean_tool_calls"], "generated_tokens_per_s": metrics["generated_tokens_per_s"], "curve": curve}
     print(f"{label}: {done['tokens_seen']:,} tokens in {done['wall_s']:.0f}s ({res['train_tokens_per_s']:,.0f} tok/s, load {load0:.1f}), "
           f"{done['global_step']} steps, last logged loss {res['final_loss']}")
     print(f"dev accuracy {metrics['accuracy']:.3f} on {len(dev)} tasks in {eval_s:.0f}s "

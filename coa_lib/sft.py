@@ -18,8 +18,9 @@ from .format import observation_char_spans
 # %% auto #0
 __all__ = ['IGNORE', 'STUDENTS', 'GAME24_PAPER', 'completion_pieces', 'encode_sft_row', 'tokenize_sft', 'SFTStageConfig',
            'build_sft_trainer', 'last_checkpoint', 'budget_subset', 'train_sft', 'plot_loss', 'sft_loss',
-           'replace_token', 'Student', 'train_students', 'eval_tasks', 'evaluate_student', 'teacher_metrics',
-           'results_table', 'plot_results', 'game24_real', 'sft_report']
+           'replace_token', 'Student', 'run_in_lanes', 'train_student', 'student_named', 'train_students', 'eval_tasks',
+           'evaluate_student', 'evaluate_students', 'eval_records', 'teacher_metrics', 'results_table', 'plot_results',
+           'game24_real', 'sft_report']
 
 # %% ../nbs/09_sft.ipynb #47720e1c
 IGNORE = -100   # the label of a token that gets no loss
@@ -66,7 +67,7 @@ def tokenize_sft(dataset, tokenizer, max_len: int | None = 1024) -> Dataset:
         out["input_ids"].append(e["input_ids"]); out["labels"].append(e["labels"]); out["n_trained"].append(n)
     return Dataset.from_dict(out)
 
-# %% ../nbs/09_sft.ipynb #3e5c6b7a
+# %% ../nbs/09_sft.ipynb #37be982f
 @dataclass
 class SFTStageConfig:
     "Sizes and settings of the SFT stage (named so as not to clash with TRL's `SFTConfig`)."
@@ -78,6 +79,7 @@ class SFTStageConfig:
     lr: float = 2e-3                # from scratch; use ~1e-5 for a pretrained base
     weight_decay: float = 0.01
     warmup_steps: int = 20
+    lr_schedule: str = "cosine"     # a transformers scheduler name ("constant_with_warmup" for learning curves)
     token_budget: int = 200_000     # tokens processed per student
     max_steps: int | None = None    # overrides token_budget when set
     save_steps: int = 200
@@ -85,7 +87,8 @@ class SFTStageConfig:
     bf16: bool = False              # bf16 autocast; see bench/train_bench.py
     group_by_length: bool = True    # batches of similar lengths (less padding); still shuffled across groups
     token_metrics: bool = False     # TRL's entropy / token-accuracy logging (a fused LM head: ~18% slower on CPU)
-    threads: int | None = None      # torch threads while training (None: leave as is)
+    threads: int | None = None      # torch threads while training (None: leave as is); per process when lanes > 1
+    lanes: int = 1                  # students trained / evaluated at once, each in its own process (CPU: 1 thread per lane)
     seed: int = 0
     n_eval: int = 8                 # evaluation tasks per kind (test split) for each student
     max_turns: int = 8
@@ -93,23 +96,25 @@ class SFTStageConfig:
 
     @classmethod
     def for_profile(cls, profile: str) -> SFTStageConfig:
-        "Smoke: a nano student, a handful of steps on short rows; full: the tiny student, ~5 min of tokens each (to be tuned on dev)."
+        "Smoke: a handful of steps on short rows; full: nano students, 3.6M tokens each (≈ 30 min per student per lane here)."
         if check_profile(profile) == "smoke":
             return cls(profile=profile, size="nano", max_len=256, batch_size=4, warmup_steps=2, token_budget=4_000,
-                       save_steps=4, logging_steps=1, n_eval=1, max_turns=3, max_new_tokens=48)
-        return cls(profile=profile, max_len=2048, token_budget=900_000, save_steps=100, n_eval=25)   # ~5 min per student at ~3k tok/s
+                       save_steps=4, logging_steps=1, n_eval=1, max_turns=3, max_new_tokens=48, lanes=2, threads=1)
+        # chosen on dev (see "Choosing the full profile" below): nano students, 3.6M tokens each, two lanes of one thread
+        return cls(profile=profile, size="nano", max_len=2048, batch_size=8, lr=5e-3, token_budget=3_600_000, save_steps=100,
+                   n_eval=25, lanes=2, threads=1)
 
     def steps_for(self, mean_tokens: float) -> int:
         "Optimizer steps that spend `token_budget` on rows of `mean_tokens` tokens (or `max_steps`)."
         if self.max_steps is not None: return self.max_steps
         return max(1, math.ceil(self.token_budget / (self.batch_size * self.grad_accum * max(1.0, mean_tokens))))
 
-# %% ../nbs/09_sft.ipynb #9017ea97
+# %% ../nbs/09_sft.ipynb #64fea848
 def _trainer_args(out_dir: Path, cfg: SFTStageConfig, max_steps: int):
     from trl import SFTConfig
     return SFTConfig(output_dir=str(out_dir / "checkpoints"), max_steps=max_steps, per_device_train_batch_size=cfg.batch_size,
                      gradient_accumulation_steps=cfg.grad_accum, learning_rate=cfg.lr, weight_decay=cfg.weight_decay,
-                     lr_scheduler_type="cosine", warmup_steps=min(cfg.warmup_steps, max(0, max_steps - 1)),
+                     lr_scheduler_type=cfg.lr_schedule, warmup_steps=min(cfg.warmup_steps, max(0, max_steps - 1)),
                      logging_steps=cfg.logging_steps, save_steps=cfg.save_steps, save_total_limit=2, report_to="none",
                      use_cpu=not torch.cuda.is_available(), bf16=cfg.bf16, seed=cfg.seed, data_seed=cfg.seed,
                      max_length=None, dataset_num_proc=None, dataloader_num_workers=0, disable_tqdm=True,
@@ -219,7 +224,7 @@ def replace_token(row: dict, k: int, new_id: int) -> dict:
     if labels[k] != IGNORE: labels[k] = new_id
     return {"input_ids": ids, "labels": labels}
 
-# %% ../nbs/09_sft.ipynb #8dc888b2
+# %% ../nbs/09_sft.ipynb #38d0c042
 from .format import COA, DIRECT, REACT, TagSet
 
 @dataclass(frozen=True)
@@ -232,23 +237,58 @@ class Student:
 STUDENTS = (Student("coa", "coa_sft", COA), Student("coa_unfiltered", "coa_sft_unfiltered", COA),
             Student("react", "react_sft", REACT), Student("direct", "direct_sft", DIRECT))
 
-def train_students(run_dir, cfg: SFTStageConfig, students: Sequence[Student] = STUDENTS, base: str | Path | None = None) -> dict[str, Path]:
-    "Train every student (a fresh `cfg.size` model, or the HF model at `base`) on its set; {name: saved model dir}."
+def _init_lane(threads: int) -> None:
+    "A lane process: its torch threads, and no progress bars from datasets/transformers in the batch's output."
+    import datasets, transformers
+    torch.set_num_threads(threads)
+    datasets.disable_progress_bars(); transformers.utils.logging.disable_progress_bar()
+
+def run_in_lanes(fn, jobs: Sequence[tuple], lanes: int = 1, threads: int | None = None) -> list:
+    "`fn(*job)` for each job, in order: inline when `lanes` is 1, else in `lanes` spawned processes with `threads` torch threads each."
+    if lanes <= 1 or len(jobs) <= 1: return [fn(*job) for job in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(min(lanes, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_module_fn("_init_lane"), initargs=(threads or 1,)) as pool:
+        return [f.result() for f in [pool.submit(fn, *job) for job in jobs]]
+
+def _module_fn(name: str):
+    "A function of the exported `coa_lib.sft` that spawned workers can import (not a notebook's copy); jobs carry plain values."
+    import coa_lib.sft
+    return getattr(coa_lib.sft, name)
+
+def train_student(run_dir, cfg: SFTStageConfig, student: Student, base: str | Path | None = None) -> Path:
+    "Train one student (a fresh `cfg.size` model with the run's tokenizer, or the HF model at `base`) into `run_dir/sft/<name>`."
     from coa_lib.filtering import build_sft_sets
     from coa_lib.llm import build_tiny_qwen2
     from coa_lib.mas import student_tokenizer
     run_dir = resolve_run_dir(run_dir)
-    sets = build_sft_sets(run_dir, cfg.profile, progress=False)
+    rows = build_sft_sets(run_dir, cfg.profile, progress=False)[student.sft_set]
     tok = student_tokenizer(run_dir, cfg.profile) if base is None else None
-    out = {}
-    for s in students:
-        model = build_tiny_qwen2(tok, cfg.size, seed=cfg.seed) if base is None else base
-        out[s.name] = train_sft(sets[s.sft_set], model, run_dir / "sft" / s.name, cfg, tokenizer=tok)
-    paths = list(out.values())
-    plot_loss([read_json(p / "loss_history.json") for p in paths], list(out), run_dir / "figures" / "sft_loss.png")
+    model = build_tiny_qwen2(tok, cfg.size, seed=cfg.seed) if base is None else base
+    return train_sft(rows, model, run_dir / "sft" / student.name, cfg, tokenizer=tok)
+
+def student_named(name: str) -> Student:
+    "The student of `STUDENTS` called `name`."
+    for s in STUDENTS:
+        if s.name == name: return s
+    raise KeyError(f"no student {name!r}; students: {[s.name for s in STUDENTS]}")
+
+def _train_job(run_dir: str, cfg: dict, student: str, base: str | None) -> Path:
+    return train_student(run_dir, SFTStageConfig(**cfg), student_named(student), base)
+
+def train_students(run_dir, cfg: SFTStageConfig, students: Sequence[Student] = STUDENTS, base: str | Path | None = None) -> dict[str, Path]:
+    "Train every student on its set (`cfg.lanes` at a time); {name: saved model dir}."
+    from coa_lib.filtering import build_sft_sets
+    run_dir = resolve_run_dir(run_dir)
+    build_sft_sets(run_dir, cfg.profile, progress=False)    # built once here, not by each lane
+    jobs = [(str(run_dir), asdict(cfg), s.name, None if base is None else str(base)) for s in students]
+    paths = run_in_lanes(_module_fn("_train_job"), jobs, cfg.lanes, cfg.threads)
+    out = {s.name: Path(p) for s, p in zip(students, paths)}
+    plot_loss([read_json(p / "loss_history.json") for p in out.values()], list(out), run_dir / "figures" / "sft_loss.png")
     return out
 
-# %% ../nbs/09_sft.ipynb #0a84464c
+# %% ../nbs/09_sft.ipynb #6657defe
 from .tasks import QA_KINDS, TASK_KINDS
 
 def eval_tasks(tasks: Dataset, n_per_kind: int, kinds: Sequence[str] = TASK_KINDS) -> list[dict]:
@@ -262,9 +302,24 @@ def evaluate_student(path, student: Student, tasks: list[dict], run_dir, name: s
     "`coa_lib.rollout.evaluate` of a saved student in its format; (metrics, records), saved under `run_dir/name`."
     from coa_lib.llm import load_policy
     from coa_lib.rollout import evaluate
-    metrics, _ = evaluate(load_policy(path), tasks, fmt=student.fmt, run_dir=run_dir, name=name, max_turns=cfg.max_turns,
-                          max_new_tokens=cfg.max_new_tokens, progress=False)
-    return metrics, _
+    metrics, records = evaluate(load_policy(path), tasks, fmt=student.fmt, run_dir=run_dir, name=name, max_turns=cfg.max_turns,
+                                max_new_tokens=cfg.max_new_tokens, progress=False)
+    return metrics, records
+
+def _evaluate_job(path: str, student: str, tasks: list[dict], run_dir: str, name: str, cfg: dict) -> dict:
+    return evaluate_student(path, student_named(student), tasks, run_dir, name, SFTStageConfig(**cfg))[0]
+
+def evaluate_students(jobs: Sequence[tuple], run_dir, cfg: SFTStageConfig) -> dict[str, dict]:
+    "Evaluate `(model dir, student, tasks, name)` jobs, `cfg.lanes` at a time; {name: metrics}; records stay in `run_dir/name`."
+    run_dir = str(resolve_run_dir(run_dir))
+    found = run_in_lanes(_module_fn("_evaluate_job"), [(str(p), s.name, t, run_dir, n, asdict(cfg)) for p, s, t, n in jobs],
+                         cfg.lanes, cfg.threads)
+    return {job[3]: m for job, m in zip(jobs, found)}
+
+def eval_records(run_dir, name: str) -> Dataset:
+    "The per-episode records an evaluation saved under `run_dir/name`."
+    from datasets import load_from_disk
+    return load_from_disk(str(Path(run_dir) / name / "records"))
 
 def teacher_metrics(traces: Dataset, task_ids: Sequence[str]) -> dict:
     "Accuracy (Wilson CI) overall and by kind, tokens and tool calls per task of the teacher on `task_ids`."

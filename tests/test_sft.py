@@ -124,3 +124,12 @@ def test_train_save_load_generate_and_resume(tok, tmp_path):
 def test_bad_rows_are_named(tok):
     with pytest.raises(ValueError, match="SFT row 1: field 'completion'"):
         tokenize_sft([ROWS[0], {"prompt": "p", "completion": 3}], tok)
+
+
+def test_run_in_lanes_keeps_job_order_and_raises_worker_errors():
+    import operator
+    from coa_lib.sft import run_in_lanes
+    assert run_in_lanes(operator.add, [(1, 2), (3, 4), (5, 6)], lanes=2, threads=1) == [3, 7, 11]
+    assert run_in_lanes(operator.add, [(1, 2), (3, 4)], lanes=1) == [3, 7]
+    with pytest.raises(TypeError):
+        run_in_lanes(operator.add, [(1, 2), (3, "x")], lanes=2, threads=1)
