@@ -30,9 +30,11 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--size", default="tiny")
+    ap.add_argument("--base", default=None, help="continue from this saved model dir (e.g. runs/full/sft/coa) instead of a fresh --size model")
     ap.add_argument("--max-len", type=int, default=2048)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0, help="data order (and init) seed; use a new one to continue on other rows")
     ap.add_argument("--n-dev", type=int, default=10, help="dev tasks per kind")
     ap.add_argument("--label", default=None, help="name of the result (default from the settings)")
     ap.add_argument("--eval-every", type=int, default=0, help="also evaluate on dev every N steps during training (a learning curve)")
@@ -48,6 +50,7 @@ def main():
     label = a.label or f"{student.name}_{a.size}_{a.tokens // 1000}k_b{a.batch}_lr{a.lr:g}"
     cfg = SFTStageConfig.for_profile(a.profile)
     cfg.size, cfg.token_budget, cfg.batch_size, cfg.lr, cfg.max_len, cfg.warmup_steps = a.size, a.tokens, a.batch, a.lr, a.max_len, a.warmup
+    cfg.seed = a.seed
     cfg.threads, cfg.save_steps, cfg.logging_steps, cfg.lr_schedule = a.threads, 50, 10, a.schedule
     rows = build_sft_sets(rd, a.profile, progress=False)[a.set]
     tok = student_tokenizer(rd, a.profile)
@@ -74,7 +77,8 @@ def main():
                       + " ".join(f"{k[:4]} {v['accuracy']:.2f}" for k, v in m["by_kind"].items()), flush=True)
                 atomic_write_json(HERE / "results" / f"sft_probe_{label}_curve.json", curve)
         callbacks.append(DevCurve())
-    path = train_sft(rows, build_tiny_qwen2(tok, a.size, seed=cfg.seed), out, cfg, tokenizer=tok, callbacks=callbacks)
+    base = a.base if a.base else build_tiny_qwen2(tok, a.size, seed=cfg.seed)
+    path = train_sft(rows, base, out, cfg, tokenizer=None if a.base else tok, callbacks=callbacks)
     done = read_json(path / "sft_done.json")
     history = read_json(path / "loss_history.json")
     t0 = time.perf_counter()

@@ -109,7 +109,7 @@ class SFTStageConfig:
         if self.max_steps is not None: return self.max_steps
         return max(1, math.ceil(self.token_budget / (self.batch_size * self.grad_accum * max(1.0, mean_tokens))))
 
-# %% ../nbs/09_sft.ipynb #64fea848
+# %% ../nbs/09_sft.ipynb #3f53cf1d
 def _trainer_args(out_dir: Path, cfg: SFTStageConfig, max_steps: int):
     from trl import SFTConfig
     return SFTConfig(output_dir=str(out_dir / "checkpoints"), max_steps=max_steps, per_device_train_batch_size=cfg.batch_size,
@@ -195,14 +195,20 @@ def train_sft(dataset, base, out_dir, config: SFTStageConfig | None = None, toke
                              "wall_s": wall, "train_loss": result.training_loss, "config": asdict(cfg)})
     return out_dir
 
-def plot_loss(histories: Sequence[list[dict]], labels: Sequence[str], path) -> Path:
-    "Training loss against step for one or more runs; saved as PNG."
+def plot_loss(histories: Sequence[list[dict]], labels: Sequence[str], path, smooth: int = 10) -> Path:
+    "Training loss against tokens seen (steps if not logged), raw (faint) and as a running mean of `smooth` points; saved as PNG."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    by_tokens = all("num_input_tokens_seen" in x for h in histories for x in h)
     for h, label in zip(histories, labels):
-        ax.plot([x["step"] for x in h], [x["loss"] for x in h], label=label)
-    ax.set(xlabel="optimizer step", ylabel="loss (model-written tokens)", title="SFT loss"); ax.legend(fontsize=8)
+        xs = [x["num_input_tokens_seen"] if by_tokens else x["step"] for x in h]
+        ys = [x["loss"] for x in h]
+        mean = [sum(ys[max(0, i - smooth + 1):i + 1]) / len(ys[max(0, i - smooth + 1):i + 1]) for i in range(len(ys))]
+        raw, = ax.plot(xs, ys, alpha=0.25, linewidth=0.8)
+        ax.plot(xs, mean, color=raw.get_color(), label=label)
+    ax.set(xlabel="tokens seen (prompt and observations included)" if by_tokens else "optimizer step",
+           ylabel="loss (model-written tokens)", title=f"SFT loss (faint: logged; solid: mean of {smooth})"); ax.legend(fontsize=8)
     fig.tight_layout(); path = Path(path); path.parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=100); plt.close(fig)
     return path
 
