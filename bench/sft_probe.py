@@ -43,7 +43,7 @@ def main():
     torch.set_num_threads(a.threads)
     from coa_lib.filtering import build_sft_sets
     from coa_lib.llm import build_tiny_qwen2
-    from coa_lib.mas import student_tokenizer
+    from coa_lib.llm import student_tokenizer
     from coa_lib.tasks import TaskConfig, build_task_splits
     rd = resolve_run_dir(a.run_dir)
     student = next(s for s in STUDENTS if s.sft_set == a.set)

@@ -120,7 +120,7 @@ def main():
     torch.set_num_threads(a.threads)
     load_before = os.getloadavg()
     from coa_lib.filtering import build_sft_sets
-    from coa_lib.mas import student_tokenizer
+    from coa_lib.llm import student_tokenizer
     rd = resolve_run_dir(a.run_dir)
     rows = build_sft_sets(rd, "smoke", progress=False)["coa_sft"]
     tok = student_tokenizer(rd, "smoke")

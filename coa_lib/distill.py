@@ -5,23 +5,26 @@
 # %% ../nbs/06_distill.ipynb #474293ee
 from __future__ import annotations
 import json, re
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from datasets import Dataset, load_from_disk
 
 from .core import check_profile, load_or_build, resolve_run_dir, save_dataset
-from .format import (COA, DIRECT, REACT, TagSet, close_tag, format_observation, neutralise_tags, open_tag,
-                            parse_coa, validate_coa)
-from .mas import (CRITERIA, TeacherConfig, parse_report, run_teacher_stage, student_tokenizer, tag_content,
+from .format import (COA, DIRECT, OBSERVATION, REACT, TagSet, close_tag, format_observation, neutralise_tags,
+                            open_tag, parse_coa, validate_coa)
+from .mas import (CRITERIA, Role, TeacherConfig, parse_plan, parse_report, run_teacher_stage, tag_content,
                          trace_calls)
+from .llm import TokenCounter, student_tokenizer
 from .rollout import agent_prompt
 from .tools import ALREADY_CALLED, normalise_argument
 
 # %% auto #0
 __all__ = ['VERBATIM_SPANS', 'COA_SPANS', 'REACT_SPANS', 'DIRECT_SPANS', 'DISTILLERS', 'KEEP_COLUMNS', 'Spans', 'linearize',
-           'trace_to_coa', 'trace_to_react', 'trace_to_direct', 'distill_formats', 'distill', 'distill_all']
+           'trace_to_coa', 'trace_to_react', 'trace_to_direct', 'trained_tokens_by_role', 'plot_role_shares',
+           'distill_formats', 'distill', 'distill_all']
 
 # %% ../nbs/06_distill.ipynb #50b0cd1c
 VERBATIM_SPANS = ("answer", "suggested_answer")   # may hold code: whitespace kept
@@ -35,22 +38,36 @@ _FENCE = re.compile(r"```.*?(?:```|$)", re.S)
 def _think_of(completion: str) -> str:
     return tag_content(completion, "think") or ""
 
-def _plan_body(completion: str) -> str:
+def _plan_body(completion: str, compact: bool) -> str:
+    "The plan's steps; compact: `n. sub-task` per step (the delegated agent is implied by the sub-task), else the plan as written."
+    steps = parse_plan(completion) if compact else []
+    if steps: return " ".join(f"{s.num}. {s.text}" for s in steps)
     body = tag_content(completion, "plan")
     return (body if body is not None else completion).strip()
 
-def _reflection(parsed: dict) -> str:
-    ratings = "; ".join(f"{c.replace('_', ' ')}: {parsed.get(c) or 'not rated'}" for c in CRITERIA)
-    return f"{ratings}. {parsed.get('comment', '')}".strip()
+def _reflection(parsed: dict, compact: bool) -> str:
+    "The critic's ratings and comment; compact: only the criteria not rated good, and 'all good' when there are none."
+    rated = [(c.replace("_", " "), parsed.get(c) or "not rated") for c in CRITERIA]
+    if compact:
+        flagged = [(c, r) for c, r in rated if r != "good"]
+        if not flagged: return "all good"
+        rated = flagged
+    return f"{'; '.join(f'{c}: {r}' for c, r in rated)}. {parsed.get('comment', '')}".strip()
+
+def _double_check(parsed: dict, compact: bool) -> str:
+    "The verifier's score and reason; compact: the reason only when the answer fails (score < 3), where it names what to redo."
+    score = parsed.get("score", 0)
+    return f"score {score}/4" if compact and score >= 3 else f"score {score}/4. {parsed.get('reason', '')}"
 
 @dataclass(frozen=True)
 class Spans:
-    "Which roles a distilled format keeps (the tools and answer are always kept when the format has them)."
+    "Which roles a distilled format keeps (the tools and answer are always kept when the format has them), and in which wording."
     plan: bool
     think: bool
     reflection: bool
     check: bool          # suggested answer + double check
     tools: bool
+    compact: bool = True  # findings without the agents' remarks; short plan, reflection and check (see the table above)
 
 COA_SPANS = Spans(True, True, True, True, True)
 REACT_SPANS = Spans(False, True, False, False, True)
@@ -61,38 +78,69 @@ def linearize(trace: dict, spans: Spans = COA_SPANS) -> str:
     out, seen = [], set()
     for c in trace_calls(trace):
         role, mode, text = c["role"], c["mode"], c["completion"]
-        if role == "planner" and mode in ("plan", "replan") and spans.plan:
-            out.append(_span("plan", _plan_body(text)))
-        elif role in ("search_agent", "code_agent"):
+        if role == Role.PLANNER and mode in ("plan", "replan") and spans.plan:
+            out.append(_span("plan", _plan_body(text, spans.compact)))
+        elif role in (Role.SEARCH, Role.CODE):
             if c["tool"] and spans.tools:
-                if spans.think and _think_of(text): out.append(_span("think", _think_of(text)))
+                if spans.think and not spans.compact and _think_of(text): out.append(_span("think", _think_of(text)))
                 key = (c["tool"], normalise_argument(c["tool"], c["argument"] or ""))
                 obs = ALREADY_CALLED if key in seen else c["observation"] or ""
                 seen.add(key)
                 out.append(f"{open_tag(c['tool'])}{c['argument']}{close_tag(c['tool'])}" + format_observation(obs).rstrip("\n"))
             elif not c["tool"] and spans.think:
                 report = _FENCE.sub("", c["parsed"].get("report") or parse_report(text) or "")   # code is in the tool call
-                out.append(_span("think", f"{_think_of(text)} {report}".strip()))
-        elif role == "critic" and spans.reflection:
-            out.append(_span("reflection", _reflection(c["parsed"])))
-        elif role == "planner" and mode == "suggest" and spans.check and c["parsed"].get("suggested_answer") is not None:
+                out.append(_span("think", report if spans.compact else f"{_think_of(text)} {report}"))
+        elif role == Role.CRITIC and spans.reflection:
+            out.append(_span("reflection", _reflection(c["parsed"], spans.compact)))
+        elif role == Role.PLANNER and mode == "suggest" and spans.check and c["parsed"].get("suggested_answer") is not None:
             out.append(_span("suggested_answer", c["parsed"]["suggested_answer"]))
-        elif role == "verifier" and spans.check:
-            out.append(_span("double_check", f"score {c['parsed'].get('score', 0)}/4. {c['parsed'].get('reason', '')}"))
+        elif role == Role.VERIFIER and spans.check:
+            out.append(_span("double_check", _double_check(c["parsed"], spans.compact)))
     out.append(_span("answer", trace["final_answer"] or ""))
     return "\n".join(out)
 
-def trace_to_coa(trace: dict) -> str:
-    "The chain-of-agents trajectory of a trace."
-    return linearize(trace, COA_SPANS)
+def trace_to_coa(trace: dict, compact: bool = True) -> str:
+    "The chain-of-agents trajectory of a trace (`compact=False`: every agent's remarks in full)."
+    return linearize(trace, replace(COA_SPANS, compact=compact))
 
-def trace_to_react(trace: dict) -> str:
+def trace_to_react(trace: dict, compact: bool = True) -> str:
     "The ReAct/TIR twin: the agents' thoughts, tool calls and observations, and the answer (no plan, reflection or checks)."
-    return linearize(trace, REACT_SPANS)
+    return linearize(trace, replace(REACT_SPANS, compact=compact))
 
 def trace_to_direct(trace: dict) -> str:
     "The direct-answer twin: the answer only."
     return linearize(trace, DIRECT_SPANS)
+
+
+# %% ../nbs/06_distill.ipynb #870b1dc0
+def trained_tokens_by_role(rows: Iterable[dict], tokenizer) -> dict[str, float]:
+    "Trained tokens (completion minus observations) of SFT rows: 'tokens_per_row', then each role's share, largest first."
+    count, per_role, n = TokenCounter(tokenizer), Counter(), 0
+    for r in rows:
+        n += 1
+        for s in parse_coa(r["completion"]):
+            if s.tag != OBSERVATION: per_role[s.tag or "layout"] += count(s.render())
+    total = sum(per_role.values())
+    return {"tokens_per_row": total / max(n, 1), **{k: v / total for k, v in per_role.most_common()}}
+
+def plot_role_shares(shares: dict[str, dict[str, float]], path) -> Path:
+    "Stacked bars: trained tokens per row by role, one bar per labelled variant (output of `trained_tokens_by_role`); saved as PNG."
+    import matplotlib; matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    roles = list(dict.fromkeys(k for s in shares.values() for k in s if k != "tokens_per_row"))
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for i, (label, s) in enumerate(shares.items()):
+        left = 0.0
+        for j, role in enumerate(roles):
+            w = s.get(role, 0.0) * s["tokens_per_row"]
+            ax.barh(i, w, left=left, color=plt.cm.tab20(j), label=role if i == 0 else None); left += w
+        ax.text(left + 3, i, f"{s['tokens_per_row']:.0f}", va="center")
+    ax.set_yticks(range(len(shares)), list(shares)); ax.invert_yaxis()
+    ax.set(xlabel="trained tokens per row (student tokenizer)", title="What the student is trained on, by role")
+    ax.legend(fontsize=7, ncol=2, loc="lower right"); fig.tight_layout()
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=100); plt.close(fig)
+    return path
+
 
 # %% ../nbs/06_distill.ipynb #e47f2ec0
 DISTILLERS: dict[str, tuple[TagSet, Callable[[dict], str]]] = {"coa": (COA, trace_to_coa), "react": (REACT, trace_to_react),

@@ -15,7 +15,7 @@ from datasets import Dataset, load_from_disk
 from .core import atomic_write_json, check_profile, load_or_build, resolve_run_dir, save_dataset
 from .distill import distill_all
 from .format import COA, OBSERVATION, ROLE_TAGS, TOOL_TAGS, parse_coa, validate_coa
-from .mas import TokenCounter, student_tokenizer
+from .llm import TokenCounter, student_tokenizer
 from .tasks import task_meta
 from .tools import ALREADY_CALLED, normalise_argument
 

@@ -4,6 +4,7 @@
 
 # %% ../nbs/04_llm.ipynb #87608a7b
 from __future__ import annotations
+import bisect
 import json
 import os
 import re
@@ -15,17 +16,21 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM,
                           StoppingCriteria, StoppingCriteriaList)
 
-from .format import ALL_TAGS, close_tag, open_tag
+from .core import atomic_dir, check_profile, load_or_build, resolve_run_dir
+from .format import ALL_TAGS, OBSERVATION, TOOL_TAGS, close_tag, open_tag, parse_coa
+from .tasks import TaskConfig, build_task_splits, corpus_for_task, task_meta
 
 # %% auto #0
-__all__ = ['FINISH_REASONS', 'PAD', 'EOS', 'IM_START', 'IM_END', 'SPECIAL_TOKENS', 'TAG_TOKENS', 'CHAT_TEMPLATE', 'QWEN2_SIZES',
-           'JUDGE_PROMPT', 'Completion', 'BackendError', 'Backend', 'first_stop', 'ScriptedBackend', 'build_tokenizer',
-           'apply_chat_template', 'ModelSize', 'qwen2_config', 'build_tiny_qwen2', 'n_params', 'HFBackend',
-           'load_policy', 'OpenAIBackend', 'JudgeError', 'parse_judgement', 'llm_judge']
+__all__ = ['FINISH_REASONS', 'PAD', 'EOS', 'IM_START', 'IM_END', 'SPECIAL_TOKENS', 'TAG_TOKENS', 'CHAT_TEMPLATE',
+           'COPY_SAFE_PATTERN', 'COPY_TARGETS', 'QWEN2_SIZES', 'JUDGE_PROMPT', 'Completion', 'BackendError', 'Backend',
+           'first_stop', 'ScriptedBackend', 'copy_safe_pre_tokenizer', 'gpt2_pre_tokenizer', 'build_tokenizer',
+           'apply_chat_template', 'copied_spans', 'copyability', 'TokenCounter', 'student_tokenizer', 'ModelSize',
+           'qwen2_config', 'build_tiny_qwen2', 'n_params', 'HFBackend', 'load_policy', 'OpenAIBackend', 'JudgeError',
+           'parse_judgement', 'llm_judge']
 
 # %% ../nbs/04_llm.ipynb #b60db4ca
 FINISH_REASONS = ("stop", "length", "eos")
@@ -104,14 +109,26 @@ CHAT_TEMPLATE = ("{%- for message in messages -%}"
                  "{%- endfor -%}"
                  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}")
 
-def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048, min_frequency: int = 2,
-                    model_max_length: int = 4096) -> PreTrainedTokenizerFast:
-    "Train a byte-level BPE on `texts` with the CoA tags as single (never-skipped) tokens and a Qwen-style chat template."
+# a run of letters, one digit, a run of spaces, one other whitespace char, or a run of other symbols: BPE merges stay inside one
+COPY_SAFE_PATTERN = r"\p{L}+|\p{N}| +|[^\s\p{L}\p{N}]+|\s"
+
+def copy_safe_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+    "Words, single digits, spaces and symbol runs as separate pieces: a name or number gets the same ids wherever it stands."
+    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(COPY_SAFE_PATTERN), behavior="isolated"),
+                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+
+def gpt2_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+    "GPT-2's byte-level pre-tokenizer (a leading space fused into the next word, digits in runs): the project's first choice."
+    return pre_tokenizers.ByteLevel(add_prefix_space=False)
+
+def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048, min_frequency: int = 2, model_max_length: int = 4096,
+                    pre_tokenizer: pre_tokenizers.PreTokenizer | None = None) -> PreTrainedTokenizerFast:
+    "Train a byte-level BPE on `texts` (copy-safe pieces by default) with the CoA tags as single tokens and a Qwen-style chat template."
     n_merge_vocab = vocab_size - len(TAG_TOKENS)
     if n_merge_vocab < len(SPECIAL_TOKENS) + 256:
         raise ValueError(f"vocab_size={vocab_size} is too small: need > {len(SPECIAL_TOKENS) + 256 + len(TAG_TOKENS)}")
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizer if pre_tokenizer is not None else copy_safe_pre_tokenizer()
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=n_merge_vocab, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
@@ -129,6 +146,107 @@ def apply_chat_template(tokenizer, prompt: str | list[dict], system: str | None 
     if system is not None and (not messages or messages[0].get("role") != "system"):
         messages = [{"role": "system", "content": system}] + messages
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+
+# %% ../nbs/04_llm.ipynb #47f8cbdb
+_COPY_UNIT = re.compile(r"(?<![\w.])(?:\d{2,}|[A-Z][a-z]+(?: [A-Z][a-z]+)*)(?![\w])")   # a number or a capitalised name
+COPY_TARGETS = TOOL_TAGS + ("suggested_answer", "answer")
+
+def copied_spans(prompt: str, completion: str) -> list[tuple[int, int, list[int]]]:
+    "`(start, end, source_starts)` in `prompt + completion` of each copied span: a tool argument or answer (whole, or a name or number in it) found verbatim in the prompt or an earlier observation."
+    text, off = prompt + completion, len(prompt)
+    sources, out = [(0, len(prompt))], []
+    for s in parse_coa(completion):
+        if s.tag == OBSERVATION: sources.append((off + s.start, off + s.end))
+        if s.tag not in COPY_TARGETS: continue
+        body, stripped = off + s.start + len(open_tag(s.tag)), s.content.strip()
+        units = [(body + s.content.find(stripped), stripped)] if stripped else []
+        units += [(body + m.start(), m.group(0)) for m in _COPY_UNIT.finditer(s.content)]
+        for a, unit in dict.fromkeys(units):
+            found = [x + m.start() for x, y in sources for m in re.finditer(re.escape(unit), text[x:y])]
+            if found: out.append((a, a + len(unit), found))
+    return out
+
+def _span_ids(ids: list[int], offsets: list[tuple[int, int]], a: int, b: int) -> tuple[int, ...] | None:
+    "The ids of the tokens covering [a, b), or None when the span does not start and end on token boundaries."
+    i = bisect.bisect_right([e for _, e in offsets], a)
+    j = i
+    while j < len(offsets) and offsets[j][0] < b: j += 1
+    if i == j or offsets[i][0] != a or offsets[j - 1][1] != b: return None
+    return tuple(ids[i:j])
+
+def copyability(tokenizer, rows: Iterable[dict]) -> dict[str, float]:
+    "Per task kind (and 'all'): the share of copied spans whose token ids equal those of a source occurrence."
+    hits: dict[str, list[int]] = {}
+    for r in rows:
+        enc = tokenizer(r["prompt"] + r["completion"], add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = enc["input_ids"], enc["offset_mapping"]
+        for a, b, found in copied_spans(r["prompt"], r["completion"]):
+            target = _span_ids(ids, offsets, a, b)
+            ok = target is not None and any(_span_ids(ids, offsets, x, x + b - a) == target for x in found)
+            for k in (r["kind"], "all"):
+                h = hits.setdefault(k, [0, 0]); h[0] += ok; h[1] += 1
+    return {k: h[0] / h[1] for k, h in hits.items()}
+
+
+# %% ../nbs/04_llm.ipynb #77b3f75a
+class TokenCounter:
+    "Exact token counts of `tokenizer` (no special tokens added); pieces between added tokens are cached."
+    def __init__(self, tokenizer=None, cache_size: int = 200_000):
+        self.tokenizer, self.cache_size, self.cache, self.split_re = tokenizer, cache_size, {}, None
+        if tokenizer is None: return
+        added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+        clean = all(not (t.lstrip or t.rstrip or t.single_word) for t in added.values())
+        names = sorted((t.content for t in added.values()), key=len, reverse=True)
+        if clean and names: self.split_re = re.compile("|".join(map(re.escape, names)))
+        self._encode = tokenizer.backend_tokenizer.encode if hasattr(tokenizer, "backend_tokenizer") else None
+
+    def _full(self, text: str) -> int:
+        if self._encode is not None: return len(self._encode(text, add_special_tokens=False).ids)
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _piece(self, s: str) -> int:
+        n = self.cache.get(s)
+        if n is None:
+            n = self._full(s)
+            if len(self.cache) >= self.cache_size: self.cache.clear()
+            self.cache[s] = n
+        return n
+
+    def __call__(self, text: str) -> int:
+        "Number of tokens of `text` (whitespace-separated words when there is no tokenizer)."
+        if not text: return 0
+        if self.tokenizer is None: return len(text.split())
+        if self.split_re is None: return self._full(text)
+        n, pos = 0, 0
+        for m in self.split_re.finditer(text):
+            if m.start() > pos: n += self._piece(text[pos:m.start()])
+            n, pos = n + 1, m.end()
+        return n + (self._piece(text[pos:]) if pos < len(text) else 0)
+
+# %% ../nbs/04_llm.ipynb #fd0ca59c
+def _tokenizer_texts(tasks: Iterable[dict], max_worlds: int = 200) -> list[str]:
+    "Texts the student's tokenizer is trained on: task texts plus the pages of (up to `max_worlds`) of their worlds."
+    texts, seen = [], set()
+    for t in tasks:
+        texts += [t["question"], t["answer"]]
+        m = task_meta(t)
+        if "reference" in m: texts.append(m["reference"])
+        cid = m.get("corpus_id")
+        if cid and cid not in seen and len(seen) < max_worlds:
+            seen.add(cid); texts += list(corpus_for_task(t)["text"])
+    return texts
+
+def student_tokenizer(run_dir, profile: str = "smoke", vocab_size: int = 2048) -> PreTrainedTokenizerFast:
+    "The student's BPE tokenizer of the run (artifact `student_tokenizer`), trained on the training tasks and their pages."
+    check_profile(profile)
+    run_dir = resolve_run_dir(run_dir)
+    def build(path: Path):
+        train = build_task_splits(run_dir, TaskConfig.for_profile(profile))["train"]
+        tok = build_tokenizer(_tokenizer_texts(train), vocab_size=vocab_size)
+        atomic_dir(path, lambda tmp: tok.save_pretrained(str(tmp)))
+    return load_or_build(run_dir, "student_tokenizer", build, lambda p: PreTrainedTokenizerFast.from_pretrained(str(p)))
+
 
 # %% ../nbs/04_llm.ipynb #74256353
 @dataclass(frozen=True)

@@ -17,79 +17,20 @@ from tqdm.auto import tqdm
 from .core import (atomic_dir, atomic_write_json, atomic_write_text, check_profile, load_or_build, read_json,
                           resolve_run_dir, save_dataset, stable_hash)
 from .format import STOP_STRINGS, close_tag, extract_answer, find_tool_call, format_observation, open_tag, parse_coa
-from .llm import IM_END, IM_START, Backend, BackendError, ScriptedBackend, build_tokenizer
+from .llm import IM_END, IM_START, Backend, BackendError, ScriptedBackend, TokenCounter, student_tokenizer
 from .rewards import check_24, score
-from .tasks import QA_KINDS, TASK_KINDS, TaskConfig, build_task_splits, corpus_for_task, task_meta
+from .tasks import QA_KINDS, TASK_KINDS, TaskConfig, build_task_splits, task_meta
 from .tools import ToolBox
 
 # %% auto #0
 __all__ = ['RATINGS', 'CRITERIA', 'REPORT_CLOSE', 'ROLE_SPECS', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'MAIN_THREAD_SCORED',
-           'TRACE_COLUMNS', 'TokenCounter', 'student_tokenizer', 'Role', 'RoleSpec', 'chat_block', 'render_prompt',
-           'Step', 'render_context', 'render_instruction', 'tag_content', 'parse_report', 'parse_plan',
-           'parse_json_object', 'parse_review', 'parse_verdict', 'MistakeKnobs', 'ParsedPrompt', 'read_prompt',
-           'step_groups', 'unseen_numbers', 'plan_steps', 'planner_policy', 'search_policy', 'code_policy',
-           'critic_policy', 'verifier_policy', 'answerer_policy', 'ScriptedTeacher', 'AgentCall', 'MASLimits',
-           'finish_trace', 'MAS', 'trace_record', 'trace_calls', 'show_trace', 'DeadTools', 'rows_to_dataset',
-           'run_teacher', 'TeacherConfig', 'run_teacher_stage', 'teacher_eval', 'teacher_summary', 'plot_teacher_cost']
-
-# %% ../nbs/05_teacher_mas.ipynb #aff60b92
-class TokenCounter:
-    "Exact token counts of `tokenizer` (no special tokens added); pieces between added tokens are cached."
-    def __init__(self, tokenizer=None, cache_size: int = 200_000):
-        self.tokenizer, self.cache_size, self.cache, self.split_re = tokenizer, cache_size, {}, None
-        if tokenizer is None: return
-        added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-        clean = all(not (t.lstrip or t.rstrip or t.single_word) for t in added.values())
-        names = sorted((t.content for t in added.values()), key=len, reverse=True)
-        if clean and names: self.split_re = re.compile("|".join(map(re.escape, names)))
-        self._encode = tokenizer.backend_tokenizer.encode if hasattr(tokenizer, "backend_tokenizer") else None
-
-    def _full(self, text: str) -> int:
-        if self._encode is not None: return len(self._encode(text, add_special_tokens=False).ids)
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def _piece(self, s: str) -> int:
-        n = self.cache.get(s)
-        if n is None:
-            n = self._full(s)
-            if len(self.cache) >= self.cache_size: self.cache.clear()
-            self.cache[s] = n
-        return n
-
-    def __call__(self, text: str) -> int:
-        "Number of tokens of `text` (whitespace-separated words when there is no tokenizer)."
-        if not text: return 0
-        if self.tokenizer is None: return len(text.split())
-        if self.split_re is None: return self._full(text)
-        n, pos = 0, 0
-        for m in self.split_re.finditer(text):
-            if m.start() > pos: n += self._piece(text[pos:m.start()])
-            n, pos = n + 1, m.end()
-        return n + (self._piece(text[pos:]) if pos < len(text) else 0)
-
-# %% ../nbs/05_teacher_mas.ipynb #65469d82
-def _tokenizer_texts(tasks: Dataset, max_worlds: int = 200) -> list[str]:
-    "Texts the student's tokenizer is trained on: task texts plus the pages of (up to `max_worlds`) of their worlds."
-    texts, seen = [], set()
-    for t in tasks:
-        texts += [t["question"], t["answer"]]
-        m = task_meta(t)
-        if "reference" in m: texts.append(m["reference"])
-        cid = m.get("corpus_id")
-        if cid and cid not in seen and len(seen) < max_worlds:
-            seen.add(cid); texts += list(corpus_for_task(t)["text"])
-    return texts
-
-def student_tokenizer(run_dir, profile: str = "smoke", vocab_size: int = 2048):
-    "The student's BPE tokenizer of the run (artifact `student_tokenizer`), trained on the training tasks and their pages."
-    from transformers import PreTrainedTokenizerFast
-    check_profile(profile)
-    run_dir = resolve_run_dir(run_dir)
-    def build(path: Path):
-        train = build_task_splits(run_dir, TaskConfig.for_profile(profile))["train"]
-        tok = build_tokenizer(_tokenizer_texts(train), vocab_size=vocab_size)
-        atomic_dir(path, lambda tmp: tok.save_pretrained(str(tmp)))
-    return load_or_build(run_dir, "student_tokenizer", build, lambda p: PreTrainedTokenizerFast.from_pretrained(str(p)))
+           'TRACE_COLUMNS', 'Role', 'RoleSpec', 'chat_block', 'render_prompt', 'Step', 'render_context',
+           'render_instruction', 'tag_content', 'parse_report', 'parse_plan', 'parse_json_object', 'parse_review',
+           'parse_verdict', 'MistakeKnobs', 'ParsedPrompt', 'read_prompt', 'step_groups', 'unseen_numbers',
+           'plan_steps', 'planner_policy', 'search_policy', 'code_policy', 'critic_policy', 'verifier_policy',
+           'answerer_policy', 'ScriptedTeacher', 'AgentCall', 'MASLimits', 'finish_trace', 'MAS', 'trace_record',
+           'trace_calls', 'show_trace', 'DeadTools', 'rows_to_dataset', 'run_teacher', 'TeacherConfig',
+           'run_teacher_stage', 'teacher_eval', 'teacher_summary', 'plot_teacher_cost']
 
 # %% ../nbs/05_teacher_mas.ipynb #99c8f623
 class Role(str, Enum):
@@ -116,7 +57,7 @@ REPORT_CLOSE = "</report>"
 ROLE_SPECS: dict[Role, RoleSpec] = {s.role: s for s in (
     RoleSpec(Role.PLANNER,
              "Role: planner\nYou manage a team that answers a question. Mode plan: write a numbered plan inside <plan></plan>, "
-             "one step per line, each step starting with [search_agent] or [code_agent] followed by its sub-task; steps may "
+             "one step per line, each step starting with [search_agent] or [code_agent] followed by its sub-task in a few words; steps may "
              "refer to findings of earlier steps. Mode replan: read the feedback and write a revised <plan> with only the "
              "steps to redo, keeping their numbers. Mode suggest: write the answer the findings support inside "
              "<suggested_answer></suggested_answer>, or 'unknown'.",
@@ -331,13 +272,11 @@ def plan_steps(task: dict) -> list[tuple[str, str]]:
     for g in groups:
         page = path[g[0]]["page"]
         src = _source_step(path, groups, g[0]) if not _contains(q, page) else None
-        who = f"the entity named in the finding of step {src}" if src else page
-        what = "the facts" if len(g) > 1 else "the fact"
-        steps.append(("search_agent", f"Look up {who} and report {what} the question needs about it."))
-    if kind == "mixed": steps.append(("code_agent", "Compute the answer with code from the numbers in the findings."))
-    elif kind == "math": steps.append(("code_agent", "Write and run code that computes the answer from the numbers in the question."))
-    elif kind == "game24": steps.append(("code_agent", "Search all ways to combine the four numbers with code and print one expression equal to 24."))
-    elif kind == "code": steps.append(("code_agent", "Write the function and test it on the example in the question."))
+        steps.append(("search_agent", f"Look up {f'the entity found in step {src}' if src else page}."))
+    if kind == "mixed": steps.append(("code_agent", "Compute the answer from the findings."))
+    elif kind == "math": steps.append(("code_agent", "Compute the answer from the question's numbers."))
+    elif kind == "game24": steps.append(("code_agent", "Try every way to make 24 from the four numbers."))
+    elif kind == "code": steps.append(("code_agent", "Write the function and test the example."))
     return steps
 
 def _feedback_steps(feedback: str, steps: list[tuple[str, str]]) -> list[int]:
@@ -346,7 +285,7 @@ def _feedback_steps(feedback: str, steps: list[tuple[str, str]]) -> list[int]:
     redo = {int(x) for x in re.findall(r"step (\d+)", feedback or "", re.I) if 1 <= int(x) <= n}
     if not redo: return list(range(1, n + 1))
     for k, (agent, text) in enumerate(steps, 1):
-        refs = {int(x) for x in re.findall(r"finding of step (\d+)", text)}
+        refs = {int(x) for x in re.findall(r"found in step (\d+)", text)}
         if refs & redo or (agent == "code_agent" and redo - {k}): redo.add(k)
     return sorted(redo)
 
@@ -386,7 +325,7 @@ def planner_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: Mista
         return f"<think>Reading the findings to settle the answer.</think>\n<suggested_answer>{ans}</suggested_answer>"
     if mode == "replan":
         redo = _feedback_steps(p.fields.get("Feedback", ""), steps)
-        lines = "\n".join(f"{k}. [{steps[k - 1][0]}] {steps[k - 1][1]} Check carefully this time." for k in redo)
+        lines = "\n".join(f"{k}. [{steps[k - 1][0]}] {steps[k - 1][1]} Check carefully." for k in redo)
         which = f"step {redo[0]}" if len(redo) == 1 else "steps " + ", ".join(map(str, redo))
         return f"<think>Following the feedback I redo {which}.</think>\n<plan>\n{lines}\n</plan>"
     lines = "\n".join(f"{k}. [{a}] {t}" for k, (a, t) in enumerate(steps, 1))
@@ -435,22 +374,14 @@ def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: Mistak
     return f"<think>Neither the results nor the page state it.</think>\n<report>Not found: no observation states the fact.</report>"
 
 # %% ../nbs/05_teacher_mas.ipynb #005318aa
-GAME24_PROGRAM = '''from fractions import Fraction
-from itertools import permutations, product
-nums = {nums}
-def exprs(xs):
-    if len(xs) == 1:
-        yield Fraction(xs[0]), str(xs[0]); return
-    for i in range(1, len(xs)):
-        for a, ea in exprs(xs[:i]):
-            for b, eb in exprs(xs[i:]):
-                yield a + b, f"({{ea}}+{{eb}})"; yield a - b, f"({{ea}}-{{eb}})"; yield a * b, f"({{ea}}*{{eb}})"
-                if b != 0: yield a / b, f"({{ea}}/{{eb}})"
-def solve():
-    for p in permutations(nums):
-        for v, e in exprs(list(p)):
-            if v == 24: return e[1:-1]
-print(solve() or "no solution")'''
+GAME24_PROGRAM = '''from fractions import Fraction as F
+from itertools import permutations
+def solve(xs):
+    if len(xs) == 1: return xs[0][1][1:-1] if xs[0][0] == 24 else None
+    for (a, x), (b, y), *rest in permutations(xs):
+        for v, e in ((a + b, "+"), (a - b, "-"), (a * b, "*"), (a / b if b else None, "/")):
+            if v is not None and (r := solve(rest + [(v, f"({{x}}{{e}}{{y}})")])): return r
+print(solve([(F(n), str(n)) for n in {nums}]) or "no solution")'''
 
 def _slip(code: str, rng: random.Random) -> str:
     "The code with one integer literal changed (a mistyped operand or an off-by-one bug)."
@@ -508,7 +439,7 @@ def _step_ok(task: dict, k: int, report: str) -> bool:
 def critic_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs) -> str:
     "The scripted critic: rate the three criteria, naming the first bad step."
     r = {c: "good" for c in CRITERIA}
-    comment = "The findings are consistent; go on."
+    comment = "Consistent; go on."
     if rng.random() >= knobs.skip_check_p:
         bad = [k for k, rep in sorted(p.findings.items()) if not _step_ok(task, k, rep)]
         if bad and rng.random() < knobs.critic_detect_p:

@@ -16,7 +16,8 @@ from .core import atomic_write_json, check_profile, read_json, resolve_run_dir
 from .format import observation_char_spans
 
 # %% auto #0
-__all__ = ['IGNORE', 'STUDENTS', 'GAME24_PAPER', 'completion_pieces', 'encode_sft_row', 'tokenize_sft', 'SFTStageConfig',
+__all__ = ['IGNORE', 'BF16_MIN_SPEEDUP', 'STUDENTS', 'GAME24_PAPER', 'completion_pieces', 'encode_sft_row', 'tokenize_sft',
+           'SFTStageConfig', 'probe_precision', 'choose_precision', 'WeightedLossCollator', 'weighted_token_loss',
            'build_sft_trainer', 'last_checkpoint', 'budget_subset', 'train_sft', 'plot_loss', 'sft_loss',
            'replace_token', 'Student', 'run_in_lanes', 'train_student', 'student_named', 'train_students', 'eval_tasks',
            'evaluate_student', 'evaluate_students', 'eval_records', 'teacher_metrics', 'results_table', 'plot_results',
@@ -35,37 +36,41 @@ def completion_pieces(completion: str) -> list[tuple[str, bool]]:
     if pos < len(completion): pieces.append((completion[pos:], True))
     return pieces
 
-def _pieces(prompt: str, completion: str) -> list[tuple[str, bool]]:
-    return [(prompt, False)] + completion_pieces(completion)
+def _pieces(prompt: str, completion: str, obs_weight: float) -> list[tuple[str, float]]:
+    "`(text, loss weight)`: the prompt 0, model-written text 1, observation blocks `obs_weight`."
+    return [(prompt, 0.0)] + [(t, 1.0 if trained else obs_weight) for t, trained in completion_pieces(completion)]
 
-def _assemble(pieces: list[tuple[str, bool]], encoded: list[list[int]], max_len: int | None) -> dict[str, list[int]]:
-    ids, labels = [], []
-    for (_, trained), piece in zip(pieces, encoded):
+def _assemble(pieces: list[tuple[str, float]], encoded: list[list[int]], max_len: int | None, obs_weight: float) -> dict[str, list]:
+    ids, labels, weights = [], [], []
+    for (_, w), piece in zip(pieces, encoded):
         ids += piece
-        labels += piece if trained else [IGNORE] * len(piece)
-    if max_len is not None: ids, labels = ids[:max_len], labels[:max_len]
-    return {"input_ids": ids, "labels": labels}
+        labels += piece if w > 0 else [IGNORE] * len(piece)
+        weights += [w] * len(piece)
+    if max_len is not None: ids, labels, weights = ids[:max_len], labels[:max_len], weights[:max_len]
+    out = {"input_ids": ids, "labels": labels, "n_trained": sum(w == 1.0 for w in weights)}
+    if obs_weight > 0: out["loss_weights"] = weights
+    return out
 
-def encode_sft_row(prompt: str, completion: str, tokenizer, max_len: int | None = None) -> dict[str, list[int]]:
-    "`input_ids` and `labels` (-100 on the prompt and on observation blocks) of one prompt/completion pair."
-    pieces = _pieces(prompt, completion)
-    return _assemble(pieces, [tokenizer(t, add_special_tokens=False)["input_ids"] for t, _ in pieces], max_len)
+def encode_sft_row(prompt: str, completion: str, tokenizer, max_len: int | None = None, obs_weight: float = 0.0) -> dict:
+    "`input_ids` and `labels`: -100 on the prompt and on observation blocks (with `obs_weight` > 0 these are trained at that `loss_weights`)."
+    pieces = _pieces(prompt, completion, obs_weight)
+    return _assemble(pieces, [tokenizer(t, add_special_tokens=False)["input_ids"] for t, _ in pieces], max_len, obs_weight)
 
-def tokenize_sft(dataset, tokenizer, max_len: int | None = 1024) -> Dataset:
-    "A prompt/completion dataset as pre-tokenized `input_ids` + `labels`; rows with no trainable token are dropped."
+def tokenize_sft(dataset, tokenizer, max_len: int | None = 1024, obs_weight: float = 0.0) -> Dataset:
+    "Prompt/completion rows as pre-tokenized `input_ids`, `labels`, `n_trained` (+ `loss_weights`); rows with no model-written token are dropped."
     rows = dataset.to_list() if isinstance(dataset, Dataset) else list(dataset)
     for i, r in enumerate(rows):
         for f in ("prompt", "completion"):
             if not isinstance(r.get(f), str): raise ValueError(f"SFT row {i}: field {f!r} must be a string, got {type(r.get(f)).__name__}")
-    pieces = [_pieces(r["prompt"], r["completion"]) for r in rows]
+    pieces = [_pieces(r["prompt"], r["completion"], obs_weight) for r in rows]
     flat = tokenizer([t for ps in pieces for t, _ in ps], add_special_tokens=False)["input_ids"]   # one batched call
-    out, k = {"input_ids": [], "labels": [], "n_trained": []}, 0
+    out, k = {}, 0
     for ps in pieces:
-        e = _assemble(ps, flat[k:k + len(ps)], max_len); k += len(ps)
-        n = sum(l != IGNORE for l in e["labels"])
-        if n == 0: continue
-        out["input_ids"].append(e["input_ids"]); out["labels"].append(e["labels"]); out["n_trained"].append(n)
-    return Dataset.from_dict(out)
+        e = _assemble(ps, flat[k:k + len(ps)], max_len, obs_weight); k += len(ps)
+        if e["n_trained"] == 0: continue
+        for key, v in e.items(): out.setdefault(key, []).append(v)
+    return Dataset.from_dict(out or {"input_ids": [], "labels": [], "n_trained": []})
+
 
 # %% ../nbs/09_sft.ipynb #37be982f
 @dataclass
@@ -84,7 +89,8 @@ class SFTStageConfig:
     max_steps: int | None = None    # overrides token_budget when set
     save_steps: int = 200
     logging_steps: int = 10
-    bf16: bool = False              # bf16 autocast; see bench/train_bench.py
+    bf16: bool | None = None        # bf16 autocast; None: decided by `probe_precision` on this machine
+    obs_weight: float = 0.0         # loss weight of observation tokens (AFM: 0, masked; > 0 is our ablation)
     group_by_length: bool = True    # batches of similar lengths (less padding); still shuffled across groups
     token_metrics: bool = False     # TRL's entropy / token-accuracy logging (a fused LM head: ~18% slower on CPU)
     threads: int | None = None      # torch threads while training (None: leave as is); per process when lanes > 1
@@ -109,16 +115,48 @@ class SFTStageConfig:
         if self.max_steps is not None: return self.max_steps
         return max(1, math.ceil(self.token_budget / (self.batch_size * self.grad_accum * max(1.0, mean_tokens))))
 
+# %% ../nbs/09_sft.ipynb #4e63bd91
+BF16_MIN_SPEEDUP = 1.15
+_PRECISION_CACHE: dict[tuple, dict] = {}
+
+def probe_precision(model, steps: int = 3, batch: int = 8, seq: int = 512) -> dict:
+    "Median seconds per training step (forward + backward) of `model` in fp32 and under bf16 autocast; `bf16` if it is faster enough."
+    info = {"device": "cuda" if torch.cuda.is_available() else "cpu", "threads": torch.get_num_threads(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    if torch.cuda.is_available(): return {**info, "bf16": bool(torch.cuda.is_bf16_supported()), "how": "cuda.is_bf16_supported"}
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(0))
+    def step_seconds(bf16: bool) -> float:
+        times = []
+        for _ in range(steps + 1):                       # the first step warms up, untimed
+            t0 = time.perf_counter()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward(); model.zero_grad(set_to_none=True)
+            times.append(time.perf_counter() - t0)
+        return sorted(times[1:])[len(times[1:]) // 2]
+    was = model.training; model.train()
+    try: fp32, bf16 = step_seconds(False), step_seconds(True)
+    finally: model.train(was)
+    return {**info, "fp32_step_s": fp32, "bf16_step_s": bf16, "bf16_speedup": fp32 / bf16, "bf16": fp32 / bf16 >= BF16_MIN_SPEEDUP,
+            "how": f"probe: {batch} x {seq} tokens, median of {steps} steps"}
+
+def choose_precision(model, tokenizer, cfg: SFTStageConfig) -> dict:
+    "`{'bf16': ...}` as configured, or measured at the training batch shape, once per model and thread count in this process."
+    if cfg.bf16 is not None: return {"bf16": bool(cfg.bf16), "how": "configured"}
+    key = (model.config.to_json_string(), torch.get_num_threads())
+    if key not in _PRECISION_CACHE: _PRECISION_CACHE[key] = probe_precision(model, batch=cfg.batch_size, seq=min(cfg.max_len, 512))
+    return _PRECISION_CACHE[key]
+
 # %% ../nbs/09_sft.ipynb #3f53cf1d
-def _trainer_args(out_dir: Path, cfg: SFTStageConfig, max_steps: int):
+def _trainer_args(out_dir: Path, cfg: SFTStageConfig, max_steps: int, bf16: bool, weighted: bool):
     from trl import SFTConfig
     return SFTConfig(output_dir=str(out_dir / "checkpoints"), max_steps=max_steps, per_device_train_batch_size=cfg.batch_size,
                      gradient_accumulation_steps=cfg.grad_accum, learning_rate=cfg.lr, weight_decay=cfg.weight_decay,
                      lr_scheduler_type=cfg.lr_schedule, warmup_steps=min(cfg.warmup_steps, max(0, max_steps - 1)),
                      logging_steps=cfg.logging_steps, save_steps=cfg.save_steps, save_total_limit=2, report_to="none",
-                     use_cpu=not torch.cuda.is_available(), bf16=cfg.bf16, seed=cfg.seed, data_seed=cfg.seed,
+                     use_cpu=not torch.cuda.is_available(), bf16=bf16, seed=cfg.seed, data_seed=cfg.seed,
                      max_length=None, dataset_num_proc=None, dataloader_num_workers=0, disable_tqdm=True,
-                     include_num_input_tokens_seen="non_padding", shuffle_dataset=False,
+                     include_num_input_tokens_seen="non_padding", shuffle_dataset=False, remove_unused_columns=not weighted,
                      train_sampling_strategy="group_by_length" if cfg.group_by_length else "random")
 
 def _load_base(base, tokenizer):
@@ -137,14 +175,47 @@ def _plain_loss_trainer_class():
             return Trainer.compute_loss(self, model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
     return PlainLossSFTTrainer
 
-def build_sft_trainer(train_set: Dataset, model, tokenizer, out_dir, cfg: SFTStageConfig, max_steps: int, callbacks=None):
-    "TRL's `SFTTrainer` on a pre-tokenized set (`input_ids` + `labels`), as `train_sft` builds it."
+class WeightedLossCollator:
+    "Right-pads `input_ids`, `labels` (-100) and `loss_weights` (0) of pre-tokenized rows, with the attention mask."
+    def __init__(self, pad_token_id: int): self.pad_token_id = pad_token_id
+    def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
+        width = max(len(e["input_ids"]) for e in examples)
+        pad = lambda key, value: [list(e[key]) + [value] * (width - len(e[key])) for e in examples]
+        return {"input_ids": torch.tensor(pad("input_ids", self.pad_token_id)), "labels": torch.tensor(pad("labels", IGNORE)),
+                "attention_mask": torch.tensor([[1] * len(e["input_ids"]) + [0] * (width - len(e["input_ids"])) for e in examples]),
+                "loss_weights": torch.tensor(pad("loss_weights", 0.0), dtype=torch.float32)}
+
+def weighted_token_loss(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    "Next-token cross-entropy averaged with per-token `weights` (labels -100 get none)."
+    logits, labels, weights = logits[:, :-1].float(), labels[:, 1:], weights[:, 1:] * (labels[:, 1:] != IGNORE)
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=IGNORE,
+                                           reduction="none").view_as(labels)
+    return (ce * weights).sum() / weights.sum().clamp_min(1e-9)
+
+def _weighted_loss_trainer_class():
+    from trl import SFTTrainer
+    class WeightedLossSFTTrainer(SFTTrainer):
+        "`SFTTrainer` whose loss weighs each token by the row's `loss_weights` (observation tokens at `obs_weight`)."
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            weights, labels = inputs.pop("loss_weights"), inputs.pop("labels")
+            out = model(**inputs)
+            loss = weighted_token_loss(out.logits, labels, weights)
+            return (loss, out) if return_outputs else loss
+    return WeightedLossSFTTrainer
+
+def build_sft_trainer(train_set: Dataset, model, tokenizer, out_dir, cfg: SFTStageConfig, max_steps: int, callbacks=None,
+                      bf16: bool = False):
+    "TRL's `SFTTrainer` on a pre-tokenized set (`input_ids` + `labels`, optionally `loss_weights`), as `train_sft` builds it."
     from transformers.trainer_callback import PrinterCallback
     from trl import SFTTrainer
     if "labels" not in train_set.column_names: raise ValueError("build_sft_trainer needs a tokenized set with `labels` (see tokenize_sft)")
-    trainer_class = SFTTrainer if cfg.token_metrics else _plain_loss_trainer_class()
-    trainer = trainer_class(model=model, args=_trainer_args(Path(out_dir), cfg, max_steps), train_dataset=train_set.select_columns(["input_ids", "labels"]),
-                         processing_class=tokenizer, callbacks=list(callbacks or []))
+    weighted = "loss_weights" in train_set.column_names
+    columns = ["input_ids", "labels"] + (["loss_weights"] if weighted else [])
+    if weighted: trainer_class, extra = _weighted_loss_trainer_class(), {"data_collator": WeightedLossCollator(tokenizer.pad_token_id)}
+    else: trainer_class, extra = (SFTTrainer if cfg.token_metrics else _plain_loss_trainer_class()), {}
+    trainer = trainer_class(model=model, args=_trainer_args(Path(out_dir), cfg, max_steps, bf16, weighted),
+                            train_dataset=train_set.select_columns(columns), processing_class=tokenizer,
+                            callbacks=list(callbacks or []), **extra)
     trainer.remove_callback(PrinterCallback)   # the loss history is saved and plotted instead of printed
     return trainer
 
@@ -160,7 +231,7 @@ def budget_subset(dataset: Dataset, tokenizer, cfg: SFTStageConfig, chunk: int =
     rows_needed = cfg.max_steps * cfg.batch_size * cfg.grad_accum if cfg.max_steps is not None else None
     parts, n_rows, n_tokens = [], 0, 0
     for start in range(0, len(order), chunk):
-        part = tokenize_sft(dataset.select(order[start:start + chunk]), tokenizer, cfg.max_len)
+        part = tokenize_sft(dataset.select(order[start:start + chunk]), tokenizer, cfg.max_len, cfg.obs_weight)
         parts.append(part); n_rows += part.num_rows; n_tokens += sum(map(len, part["input_ids"]))
         if (n_rows >= rows_needed) if rows_needed is not None else (n_tokens >= cfg.token_budget): break
     from datasets import concatenate_datasets
@@ -179,7 +250,8 @@ def train_sft(dataset, base, out_dir, config: SFTStageConfig | None = None, toke
     threads = torch.get_num_threads()
     if cfg.threads: torch.set_num_threads(cfg.threads)
     try:
-        trainer = build_sft_trainer(train_set, model, tokenizer, out_dir, cfg, max_steps, callbacks)
+        precision = choose_precision(model, tokenizer, cfg)
+        trainer = build_sft_trainer(train_set, model, tokenizer, out_dir, cfg, max_steps, callbacks, bf16=precision["bf16"])
         resume = last_checkpoint(out_dir)
         t0 = time.perf_counter()
         result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
@@ -192,7 +264,7 @@ def train_sft(dataset, base, out_dir, config: SFTStageConfig | None = None, toke
     plot_loss([history], [out_dir.name], out_dir / "loss.png")
     atomic_write_json(done, {"max_steps": max_steps, "global_step": trainer.state.global_step, "rows": train_set.num_rows,
                              "tokens_seen": int(trainer.state.num_input_tokens_seen), "resumed_from": str(resume) if resume else None,
-                             "wall_s": wall, "train_loss": result.training_loss, "config": asdict(cfg)})
+                             "wall_s": wall, "train_loss": result.training_loss, "precision": precision, "config": asdict(cfg)})
     return out_dir
 
 def plot_loss(histories: Sequence[list[dict]], labels: Sequence[str], path, smooth: int = 10) -> Path:
@@ -212,10 +284,11 @@ def plot_loss(histories: Sequence[list[dict]], labels: Sequence[str], path, smoo
     fig.tight_layout(); path = Path(path); path.parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=100); plt.close(fig)
     return path
 
+
 # %% ../nbs/09_sft.ipynb #dba2f716
 def sft_loss(trainer, rows: Sequence[dict]) -> float:
-    "The trainer's training loss on `rows` (dicts with `input_ids` and `labels`), through its collator and `compute_loss`."
-    batch = trainer.data_collator([{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows])
+    "The trainer's training loss on `rows` (dicts with `input_ids`, `labels`, maybe `loss_weights`), through its collator and `compute_loss`."
+    batch = trainer.data_collator([{k: r[k] for k in ("input_ids", "labels", "loss_weights") if k in r} for r in rows])
     model = trainer.model
     batch = {k: v.to(model.device) if torch.is_tensor(v) else v for k, v in batch.items()}
     was = model.training; model.eval()
@@ -228,7 +301,7 @@ def replace_token(row: dict, k: int, new_id: int) -> dict:
     ids, labels = list(row["input_ids"]), list(row["labels"])
     ids[k] = new_id
     if labels[k] != IGNORE: labels[k] = new_id
-    return {"input_ids": ids, "labels": labels}
+    return {**row, "input_ids": ids, "labels": labels}
 
 # %% ../nbs/09_sft.ipynb #38d0c042
 from .format import COA, DIRECT, REACT, TagSet
@@ -267,7 +340,7 @@ def train_student(run_dir, cfg: SFTStageConfig, student: Student, base: str | Pa
     "Train one student (a fresh `cfg.size` model with the run's tokenizer, or the HF model at `base`) into `run_dir/sft/<name>`."
     from coa_lib.filtering import build_sft_sets
     from coa_lib.llm import build_tiny_qwen2
-    from coa_lib.mas import student_tokenizer
+    from coa_lib.llm import student_tokenizer
     run_dir = resolve_run_dir(run_dir)
     rows = build_sft_sets(run_dir, cfg.profile, progress=False)[student.sft_set]
     tok = student_tokenizer(run_dir, cfg.profile) if base is None else None

@@ -17,10 +17,11 @@ from .core import atomic_dir, atomic_write_json, read_json, resolve_run_dir
 from .format import TOOL_TAGS, ToolCall, find_tool_call, format_observation
 
 # %% auto #0
-__all__ = ['STOPWORDS', 'TOKENIZER_VERSION', 'SANDBOX_UID', 'BWRAP_CANDIDATES', 'RECHECK_FAILED_S', 'MAX_CODE_CHARS',
-           'ALREADY_CALLED', 'NO_CORPUS', 'TOOL_LRU_SIZE', 'content_hash', 'Pages', 'as_pages', 'tokenize',
-           'SearchTool', 'CrawlTool', 'ExecResult', 'SandboxLimits', 'bootstrap_code', 'bwrap_command', 'SandboxInfo',
-           'sandbox_info', 'sandbox_available', 'run_python', 'ToolStats', 'normalise_argument', 'ToolBox']
+__all__ = ['STOPWORDS', 'TOKENIZER_VERSION', 'SEARCH_TOP_K', 'SANDBOX_UID', 'BWRAP_CANDIDATES', 'RECHECK_FAILED_S',
+           'MAX_CODE_CHARS', 'ALREADY_CALLED', 'NO_CORPUS', 'TOOL_LRU_SIZE', 'content_hash', 'Pages', 'as_pages',
+           'tokenize', 'SearchTool', 'CrawlTool', 'ExecResult', 'SandboxLimits', 'bootstrap_code', 'bwrap_command',
+           'SandboxInfo', 'sandbox_info', 'sandbox_available', 'run_python', 'ToolStats', 'normalise_argument',
+           'ToolBox']
 
 # %% ../nbs/02_tools.ipynb #7260ba30
 def content_hash(titles: Sequence[str], texts: Sequence[str]) -> str:
@@ -79,9 +80,12 @@ def _safe_name(s: str) -> str:
     return re.sub(r"[^\w.-]", "_", s).lstrip(".") or "_"
 
 # %% ../nbs/02_tools.ipynb #f1481194
+SEARCH_TOP_K = 3   # results per search: the gold page ranks first for every gold-path query (01_tasks), and each
+                   # further result costs the agent ~80 tokens of context (5 until 2026-12-04)
+
 class SearchTool:
     "BM25 search over a corpus; `search(query)` returns the top-k titles with their best-matching sentences."
-    def __init__(self, corpus: Any, k: int = 5, cache_dir: str | os.PathLike | None = None,
+    def __init__(self, corpus: Any, k: int = SEARCH_TOP_K, cache_dir: str | os.PathLike | None = None,
                  corpus_id: str | None = None, snippet_chars: int = 160, max_query_tokens: int = 32):
         self.pages, self.k, self.snippet_chars, self.max_query_tokens = as_pages(corpus, corpus_id), k, snippet_chars, max_query_tokens
         if not len(self.pages): raise ValueError("cannot search an empty corpus (no pages)")
@@ -632,7 +636,7 @@ def _task_corpus_id(task: Mapping) -> str | None:
 # %% ../nbs/02_tools.ipynb #94a854be
 class ToolBox:
     "The tools of one episode: `toolbox(call)` -> observation text; repeated calls are answered from memory."
-    def __init__(self, corpus: Any = None, k: int = 5, cache_dir: str | os.PathLike | None = None,
+    def __init__(self, corpus: Any = None, k: int = SEARCH_TOP_K, cache_dir: str | os.PathLike | None = None,
                  python_timeout_s: float = 5.0, allow_unisolated: bool = False, corpus_id: str | None = None,
                  max_obs_chars: int = 2000, python_memory_mb: int = 512):
         search = crawl = None
@@ -652,7 +656,7 @@ class ToolBox:
         self.last_exec: ExecResult | None = None
 
     @classmethod
-    def for_task(cls, task: Mapping, cache_dir: str | os.PathLike | None = None, k: int = 5, python_timeout_s: float = 5.0,
+    def for_task(cls, task: Mapping, cache_dir: str | os.PathLike | None = None, k: int = SEARCH_TOP_K, python_timeout_s: float = 5.0,
                  allow_unisolated: bool = False, max_obs_chars: int = 2000, python_memory_mb: int = 512) -> "ToolBox":
         "Tools over the task's corpus (indexes cached per corpus id in a module LRU); code only for kinds without a corpus."
         opts = (python_timeout_s, allow_unisolated, max_obs_chars, python_memory_mb)

@@ -1,0 +1,157 @@
+"""The learnability ladder, on **dev** only: dev accuracy against tokens seen for one SFT recipe (a rung).
+
+A rung trains one fresh student (`--size`) on the run's CoA SFT set restricted to some task kinds, in one or more phases
+(a curriculum: `--phase multihop:800000 --phase all:1600000` trains 0.8M tokens on multihop rows, then continues on the
+mixture), and evaluates the live model on dev tasks every `--eval-every` tokens (greedy, real tools, the CoA format;
+`--n-dev` tasks per kind of the phase, ≥ 50 per point). The learning rate is constant after warm-up, so the points of a
+curve are comparable. Ablations: `--obs-weight 0.1` (observation tokens trained at 0.1 instead of masked), `--rows N`
+(epochs over N rows instead of one pass over fresh ones).
+
+    python bench/sft_ladder.py --run-dir runs/ladder --label mh_nano --phase multihop:1500000 --size nano
+    python bench/sft_ladder.py --plot          # every curve of bench/results/ladder/*.json in one figure
+
+Writes bench/results/ladder/<label>.json (the curve, the settings, speed, precision) after every point, so a stopped
+rung keeps what it measured. The test split is never touched.
+"""
+from __future__ import annotations
+import argparse, json, os, time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "results" / "ladder"
+
+
+def parse_phase(spec: str) -> tuple[tuple[str, ...], int]:
+    "'multihop,math:800000' -> (('multihop', 'math'), 800000); 'all' means every kind."
+    from coa_lib.tasks import TASK_KINDS
+    kinds, _, tokens = spec.rpartition(":")
+    names = TASK_KINDS if kinds == "all" else tuple(kinds.split(","))
+    bad = [k for k in names if k not in TASK_KINDS]
+    if bad or not tokens.isdigit(): raise SystemExit(f"bad --phase {spec!r}: kinds from {TASK_KINDS} or 'all', then :tokens")
+    return tuple(names), int(tokens)
+
+
+def run_rung(a) -> dict:
+    from transformers import TrainerCallback
+    from coa_lib.core import atomic_write_json, resolve_run_dir
+    from coa_lib.filtering import build_sft_sets
+    from coa_lib.llm import build_tiny_qwen2, load_policy, student_tokenizer
+    from coa_lib.rollout import evaluate
+    from coa_lib.sft import SFTStageConfig, eval_tasks, train_sft
+    from coa_lib.tasks import TaskConfig, build_task_splits
+
+    torch.set_num_threads(a.threads)
+    rd = resolve_run_dir(a.run_dir)
+    rows = build_sft_sets(rd, a.profile, progress=False)["coa_sft"]
+    tok = student_tokenizer(rd, a.profile)
+    dev_split = build_task_splits(rd, TaskConfig.for_profile(a.profile))["dev"]
+    phases = [parse_phase(p) for p in a.phase]
+    cfg = replace(SFTStageConfig.for_profile(a.profile), size=a.size, lr=a.lr, batch_size=a.batch, max_len=a.max_len,
+                  warmup_steps=a.warmup, lr_schedule="constant_with_warmup", threads=a.threads, save_steps=10**9,
+                  logging_steps=10, obs_weight=a.obs_weight, seed=a.seed, lanes=1,
+                  bf16=None if a.bf16 == "auto" else a.bf16 == "on")
+    res = {"label": a.label, "size": a.size, "phases": [{"kinds": list(k), "tokens": t} for k, t in phases],
+           "rows_cap": a.rows, "obs_weight": a.obs_weight, "config": asdict(cfg), "n_dev_per_kind": a.n_dev,
+           "load_avg_before": os.getloadavg()[0], "curve": [], "phases_done": []}
+    out_json = OUT / f"{a.label}.json"
+    base, offset, tokens_at_eval = None, 0, [0]
+
+    class DevCurve(TrainerCallback):
+        "Dev accuracy of the live model each time another `eval_every` tokens have been seen."
+        def __init__(self, dev: list[dict]): self.dev, self.next = dev, a.eval_every
+        def on_step_end(self, args, state, control, model=None, **kw):
+            seen = offset + int(state.num_input_tokens_seen)
+            if seen < self.next: return
+            self.next = seen + a.eval_every
+            point(model, seen, state, self.dev)
+
+    def point(model, seen, state, dev):
+        t0 = time.perf_counter(); model.eval()
+        try:
+            m, _ = evaluate(load_policy(model, tok), dev, fmt="coa", max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens,
+                            progress=False)
+        finally: model.train()
+        loss = next((h["loss"] for h in reversed(state.log_history) if "loss" in h), None) if state else None
+        p = {"tokens_seen": seen, "loss": loss, "dev_tasks": len(dev), "dev_accuracy": m["accuracy"],
+             "by_kind": {k: v["accuracy"] for k, v in m["by_kind"].items()}, "invalid_rate": m["invalid_rate"],
+             "finish": m["finish_reasons"], "eval_s": time.perf_counter() - t0, "wall_s": time.perf_counter() - t_start}
+        res["curve"].append(p)
+        print(f"[{a.label}] {seen:>9,} tokens  loss {loss if loss is None else round(loss, 3)}  dev {m['accuracy']:.3f} "
+              f"(invalid {m['invalid_rate']:.2f}) " + " ".join(f"{k[:5]} {v:.2f}" for k, v in p["by_kind"].items()), flush=True)
+        atomic_write_json(out_json, res)
+
+    t_start = time.perf_counter()
+    for i, (kinds, tokens) in enumerate(phases):
+        subset = rows.filter(lambda r: r["kind"] in kinds)
+        if a.rows: subset = subset.shuffle(seed=a.seed).select(range(min(a.rows, subset.num_rows)))
+        dev = eval_tasks(dev_split, a.n_dev, kinds)
+        pcfg = replace(cfg, token_budget=tokens, seed=a.seed + i)
+        model = build_tiny_qwen2(tok, a.size, seed=a.seed) if base is None else base
+        out = rd / "ladder" / a.label / f"phase{i}"
+        t0 = time.perf_counter()
+        path = train_sft(subset, model, out, pcfg, tokenizer=tok, callbacks=[DevCurve(dev)])
+        done = json.loads((path / "sft_done.json").read_text())
+        res["phases_done"].append({"kinds": list(kinds), "rows_available": subset.num_rows, "tokens_seen": done["tokens_seen"],
+                                   "steps": done["global_step"], "train_wall_s": done["wall_s"],
+                                   "tokens_per_s": done["tokens_seen"] / done["wall_s"], "precision": done["precision"],
+                                   "phase_wall_s": time.perf_counter() - t0})
+        offset += done["tokens_seen"]
+        from transformers import AutoModelForCausalLM
+        base = AutoModelForCausalLM.from_pretrained(str(path))
+        final_dev = eval_tasks(dev_split, a.n_dev, phases[-1][0] if i == len(phases) - 1 else kinds)
+        if not res["curve"] or res["curve"][-1]["tokens_seen"] < offset: point(base, offset, None, final_dev)
+    res["wall_s"] = time.perf_counter() - t_start
+    res["load_avg_after"] = os.getloadavg()[0]
+    atomic_write_json(out_json, res)
+    return res
+
+
+def plot(paths: list[Path], out: Path) -> None:
+    "Dev accuracy against tokens seen, one line per rung (solid: CoA dev accuracy; the legend says the recipe)."
+    import matplotlib; matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for p in paths:
+        r = json.loads(p.read_text())
+        if not r["curve"]: continue
+        xs = [c["tokens_seen"] / 1e6 for c in r["curve"]]; ys = [c["dev_accuracy"] for c in r["curve"]]
+        ax.plot(xs, ys, marker="o", markersize=3, label=f"{r['label']} ({r['size']})")
+    ax.set(xlabel="tokens seen (millions; prompt and observations included)", ylabel="dev accuracy",
+           title="Learnability ladder (dev split, greedy, real tools)", ylim=(-0.02, 1.02))
+    ax.grid(alpha=0.3); ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout(); fig.savefig(out, dpi=110); plt.close(fig)
+    print(f"wrote {out}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run-dir", default="runs/ladder", help="a run dir with (or to build) the SFT sets at --profile")
+    ap.add_argument("--profile", default="full")
+    ap.add_argument("--label", help="the rung's name (its JSON file)")
+    ap.add_argument("--phase", action="append", default=[], help="KINDS:TOKENS, repeatable (a curriculum); KINDS = all | k1,k2")
+    ap.add_argument("--size", default="nano")
+    ap.add_argument("--lr", type=float, default=5e-3)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--max-len", type=int, default=2048)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--obs-weight", type=float, default=0.0)
+    ap.add_argument("--rows", type=int, default=0, help="train on at most this many rows (epochs over a smaller set)")
+    ap.add_argument("--bf16", choices=["auto", "on", "off"], default="auto")
+    ap.add_argument("--eval-every", type=int, default=300_000)
+    ap.add_argument("--n-dev", type=int, default=10, help="dev tasks per kind of the phase (single-kind rungs: use 50)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--plot", action="store_true", help="only plot the saved curves")
+    a = ap.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    if not a.plot:
+        if not a.label or not a.phase: raise SystemExit("--label and at least one --phase are needed")
+        run_rung(a)
+    plot(sorted(OUT.glob("*.json")), OUT / "ladder.png")
+
+
+if __name__ == "__main__":
+    main()
