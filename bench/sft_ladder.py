@@ -34,6 +34,43 @@ def parse_phase(spec: str) -> tuple[tuple[str, ...], int]:
     return tuple(names), int(tokens)
 
 
+def token_losses(model, tok, rows: list[dict]) -> dict[str, float]:
+    "Mean next-token loss on held-out trajectories: inside copied spans (first token / the rest) and on the other trained tokens."
+    from coa_lib.llm import copied_spans
+    from coa_lib.sft import IGNORE, encode_sft_row
+    sums: dict[str, list[float]] = {}
+    model.eval()
+    for r in rows:
+        e = encode_sft_row(r["prompt"], r["completion"], tok)
+        offsets = tok(r["prompt"] + r["completion"], add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        if len(offsets) != len(e["input_ids"]): continue
+        ids = torch.tensor([e["input_ids"]])
+        with torch.no_grad(): logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+        nll = -logp.gather(1, ids[0, 1:, None])[:, 0]
+        spans = [(a, b) for a, b, _ in copied_spans(r["prompt"], r["completion"])]
+        for k in range(1, len(offsets)):
+            if e["labels"][k] == IGNORE: continue
+            s0, s1 = offsets[k]
+            inside = [a for a, b in spans if a <= s0 and s1 <= b]
+            key = ("copied_first" if s0 == inside[0] else "copied_rest") if inside else "other"
+            acc = sums.setdefault(key, [0.0, 0]); acc[0] += float(nll[k - 1]); acc[1] += 1
+    model.train()
+    return {k: v[0] / v[1] for k, v in sums.items()}
+
+
+def dev_rows(rd, profile: str, kinds, n: int) -> list[dict]:
+    "CoA rows distilled from the teacher's traces on dev tasks of `kinds` (never test): held-out trajectories for `token_losses`."
+    from coa_lib.distill import distill
+    from coa_lib.llm import student_tokenizer
+    from coa_lib.mas import TeacherConfig, teacher_eval
+    from coa_lib.tasks import TaskConfig, build_task_splits
+    dev_ids = set(build_task_splits(rd, TaskConfig.for_profile(profile))["dev"]["id"])
+    traces = teacher_eval(rd, TeacherConfig.for_profile(profile), progress=False)
+    traces = traces.filter(lambda t: t["id"] in dev_ids and t["kind"] in kinds and t["reward"] == 1.0)
+    rows = distill(traces, "coa", student_tokenizer(rd, profile)).to_list()
+    return rows[:n]
+
+
 def run_rung(a) -> dict:
     from transformers import TrainerCallback
     from coa_lib.core import atomic_write_json, resolve_run_dir
@@ -53,11 +90,12 @@ def run_rung(a) -> dict:
                   warmup_steps=a.warmup, lr_schedule="constant_with_warmup", threads=a.threads, save_steps=10**9,
                   logging_steps=10, obs_weight=a.obs_weight, seed=a.seed, lanes=1,
                   bf16=None if a.bf16 == "auto" else a.bf16 == "on")
-    res = {"label": a.label, "size": a.size, "phases": [{"kinds": list(k), "tokens": t} for k, t in phases],
+    res = {"label": a.label, "size": a.size, "base": a.base, "phases": [{"kinds": list(k), "tokens": t} for k, t in phases],
            "rows_cap": a.rows, "obs_weight": a.obs_weight, "config": asdict(cfg), "n_dev_per_kind": a.n_dev,
            "load_avg_before": os.getloadavg()[0], "curve": [], "phases_done": []}
     out_json = OUT / f"{a.label}.json"
-    base, offset, tokens_at_eval = None, 0, [0]
+    base, offset = None, 0
+    held_out = dev_rows(rd, a.profile, tuple(k for ks, _ in phases for k in ks), 40)
 
     class DevCurve(TrainerCallback):
         "Dev accuracy of the live model each time another `eval_every` tokens have been seen."
@@ -78,9 +116,11 @@ def run_rung(a) -> dict:
         p = {"tokens_seen": seen, "loss": loss, "dev_tasks": len(dev), "dev_accuracy": m["accuracy"],
              "by_kind": {k: v["accuracy"] for k, v in m["by_kind"].items()}, "invalid_rate": m["invalid_rate"],
              "finish": m["finish_reasons"], "eval_s": time.perf_counter() - t0, "wall_s": time.perf_counter() - t_start}
+        if held_out: p["token_losses"] = token_losses(model, tok, held_out)
         res["curve"].append(p)
         print(f"[{a.label}] {seen:>9,} tokens  loss {loss if loss is None else round(loss, 3)}  dev {m['accuracy']:.3f} "
-              f"(invalid {m['invalid_rate']:.2f}) " + " ".join(f"{k[:5]} {v:.2f}" for k, v in p["by_kind"].items()), flush=True)
+              f"(invalid {m['invalid_rate']:.2f}) " + " ".join(f"{k[:5]} {v:.2f}" for k, v in p["by_kind"].items())
+              + "  nll " + " ".join(f"{k} {v:.2f}" for k, v in p.get("token_losses", {}).items()), flush=True)
         atomic_write_json(out_json, res)
 
     t_start = time.perf_counter()
@@ -89,6 +129,9 @@ def run_rung(a) -> dict:
         if a.rows: subset = subset.shuffle(seed=a.seed).select(range(min(a.rows, subset.num_rows)))
         dev = eval_tasks(dev_split, a.n_dev, kinds)
         pcfg = replace(cfg, token_budget=tokens, seed=a.seed + i)
+        if base is None and a.base:
+            from transformers import AutoModelForCausalLM
+            base = AutoModelForCausalLM.from_pretrained(a.base)
         model = build_tiny_qwen2(tok, a.size, seed=a.seed) if base is None else base
         out = rd / "ladder" / a.label / f"phase{i}"
         t0 = time.perf_counter()
@@ -144,6 +187,7 @@ def main():
     ap.add_argument("--n-dev", type=int, default=10, help="dev tasks per kind of the phase (single-kind rungs: use 50)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--base", default=None, help="start from this saved model (e.g. a pretrained one) instead of a fresh --size model")
     ap.add_argument("--plot", action="store_true", help="only plot the saved curves")
     a = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)

@@ -22,16 +22,18 @@ from .rollout import agent_prompt
 from .tools import ALREADY_CALLED, normalise_argument
 
 # %% auto #0
-__all__ = ['VERBATIM_SPANS', 'COA_SPANS', 'REACT_SPANS', 'DIRECT_SPANS', 'DISTILLERS', 'KEEP_COLUMNS', 'Spans', 'linearize',
-           'trace_to_coa', 'trace_to_react', 'trace_to_direct', 'trained_tokens_by_role', 'plot_role_shares',
-           'distill_formats', 'distill', 'distill_all']
+__all__ = ['VERBATIM_SPANS', 'SPAN_LEAD', 'COA_SPANS', 'REACT_SPANS', 'DIRECT_SPANS', 'DISTILLERS', 'KEEP_COLUMNS', 'Spans',
+           'linearize', 'trace_to_coa', 'trace_to_react', 'trace_to_direct', 'trained_tokens_by_role',
+           'plot_role_shares', 'distill_formats', 'distill', 'distill_all']
 
 # %% ../nbs/06_distill.ipynb #50b0cd1c
 VERBATIM_SPANS = ("answer", "suggested_answer")   # may hold code: whitespace kept
 
+SPAN_LEAD = " "   # every span's content starts with a space, so a copied word has the ids it has in running text (coa_lib.llm)
+
 def _span(tag: str, text: str) -> str:
     text = (text or "").strip() if tag in VERBATIM_SPANS else " ".join((text or "").split())
-    return f"{open_tag(tag)}{neutralise_tags(text)}{close_tag(tag)}"
+    return f"{open_tag(tag)}{SPAN_LEAD}{neutralise_tags(text)}{close_tag(tag)}"
 
 _FENCE = re.compile(r"```.*?(?:```|$)", re.S)
 
@@ -86,7 +88,7 @@ def linearize(trace: dict, spans: Spans = COA_SPANS) -> str:
                 key = (c["tool"], normalise_argument(c["tool"], c["argument"] or ""))
                 obs = ALREADY_CALLED if key in seen else c["observation"] or ""
                 seen.add(key)
-                out.append(f"{open_tag(c['tool'])}{c['argument']}{close_tag(c['tool'])}" + format_observation(obs).rstrip("\n"))
+                out.append(f"{open_tag(c['tool'])}{SPAN_LEAD}{c['argument']}{close_tag(c['tool'])}" + format_observation(obs).rstrip("\n"))
             elif not c["tool"] and spans.think:
                 report = _FENCE.sub("", c["parsed"].get("report") or parse_report(text) or "")   # code is in the tool call
                 out.append(_span("think", report if spans.compact else f"{_think_of(text)} {report}"))

@@ -26,11 +26,11 @@ from .tasks import TaskConfig, build_task_splits, corpus_for_task, task_meta
 
 # %% auto #0
 __all__ = ['FINISH_REASONS', 'PAD', 'EOS', 'IM_START', 'IM_END', 'SPECIAL_TOKENS', 'TAG_TOKENS', 'CHAT_TEMPLATE',
-           'COPY_SAFE_PATTERN', 'COPY_TARGETS', 'QWEN2_SIZES', 'JUDGE_PROMPT', 'Completion', 'BackendError', 'Backend',
-           'first_stop', 'ScriptedBackend', 'copy_safe_pre_tokenizer', 'gpt2_pre_tokenizer', 'build_tokenizer',
-           'apply_chat_template', 'copied_spans', 'copyability', 'TokenCounter', 'student_tokenizer', 'ModelSize',
-           'qwen2_config', 'build_tiny_qwen2', 'n_params', 'HFBackend', 'load_policy', 'OpenAIBackend', 'JudgeError',
-           'parse_judgement', 'llm_judge']
+           'COPY_SAFE_PATTERN', 'ISOLATED_SPACE_PATTERN', 'COPY_TARGETS', 'QWEN2_SIZES', 'JUDGE_PROMPT', 'Completion',
+           'BackendError', 'Backend', 'first_stop', 'ScriptedBackend', 'copy_safe_pre_tokenizer', 'gpt2_pre_tokenizer',
+           'build_tokenizer', 'apply_chat_template', 'copied_spans', 'copyability', 'TokenCounter', 'student_tokenizer',
+           'ModelSize', 'qwen2_config', 'build_tiny_qwen2', 'n_params', 'HFBackend', 'load_policy', 'OpenAIBackend',
+           'JudgeError', 'parse_judgement', 'llm_judge']
 
 # %% ../nbs/04_llm.ipynb #b60db4ca
 FINISH_REASONS = ("stop", "length", "eos")
@@ -109,12 +109,14 @@ CHAT_TEMPLATE = ("{%- for message in messages -%}"
                  "{%- endfor -%}"
                  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}")
 
-# a run of letters, one digit, a run of spaces, one other whitespace char, or a run of other symbols: BPE merges stay inside one
-COPY_SAFE_PATTERN = r"\p{L}+|\p{N}| +|[^\s\p{L}\p{N}]+|\s"
+# A word with the space before it, 1-3 digits, a run of symbols (neither takes a space), whitespace: BPE merges stay inside one
+# piece. Llama 3's pattern, except that symbols do not take a leading space either (so `(13+3)` copies as it is).
+COPY_SAFE_PATTERN = r" ?\p{L}+|\p{N}{1,3}|[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+ISOLATED_SPACE_PATTERN = r"\p{L}+|\p{N}| +|[^\s\p{L}\p{N}]+|\s"   # measured and rejected: see "Copy-consistent tokens"
 
-def copy_safe_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
-    "Words, single digits, spaces and symbol runs as separate pieces: a name or number gets the same ids wherever it stands."
-    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(COPY_SAFE_PATTERN), behavior="isolated"),
+def copy_safe_pre_tokenizer(pattern: str = COPY_SAFE_PATTERN) -> pre_tokenizers.PreTokenizer:
+    "Pieces by `pattern`, then bytes: a number is the same ids wherever it stands, a word wherever a space precedes it."
+    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 
 def gpt2_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
@@ -153,7 +155,7 @@ _COPY_UNIT = re.compile(r"(?<![\w.])(?:\d{2,}|[A-Z][a-z]+(?: [A-Z][a-z]+)*)(?![\
 COPY_TARGETS = TOOL_TAGS + ("suggested_answer", "answer")
 
 def copied_spans(prompt: str, completion: str) -> list[tuple[int, int, list[int]]]:
-    "`(start, end, source_starts)` in `prompt + completion` of each copied span: a tool argument or answer (whole, or a name or number in it) found verbatim in the prompt or an earlier observation."
+    "`(start, end, source_starts)` in `prompt + completion` of each copied span: a tool argument or answer (whole, or a name or number in it; with the space before it) found verbatim in the prompt or an earlier observation."
     text, off = prompt + completion, len(prompt)
     sources, out = [(0, len(prompt))], []
     for s in parse_coa(completion):
@@ -163,6 +165,7 @@ def copied_spans(prompt: str, completion: str) -> list[tuple[int, int, list[int]
         units = [(body + s.content.find(stripped), stripped)] if stripped else []
         units += [(body + m.start(), m.group(0)) for m in _COPY_UNIT.finditer(s.content)]
         for a, unit in dict.fromkeys(units):
+            if a > 0 and text[a - 1] == " " and unit[0].isalpha(): a, unit = a - 1, " " + unit   # a word carries its space
             found = [x + m.start() for x, y in sources for m in re.finditer(re.escape(unit), text[x:y])]
             if found: out.append((a, a + len(unit), found))
     return out

@@ -24,14 +24,15 @@ def span_ids(tok, text: str, span: str, start: int = 0) -> list[int]:
 
 def test_name_and_number_identical_in_question_and_tool_call(smoke_run):
     _, _, tok = smoke_run
-    name, number = "Zosti Roglabros", "235193"
-    text = (f"Question: In which city was {name} born, and what is {number} // 33?\n"
-            f"<web_search>{name}</web_search>\n<code>print({number} // 33)</code>\n<answer>({number})</answer>")
+    name, number = " Zosti Roglabros", "235193"
+    text = (f"Question: In which city was{name} born, and what is {number} // 33?\n"
+            f"<web_search>{name}</web_search>\n<code> print({number} // 33)</code>\n<answer> ({number})</answer>")
     q = text.index("Question")
     assert span_ids(tok, text, name, q) == span_ids(tok, text, name, text.index("<web_search>"))
     assert span_ids(tok, text, number, q) == span_ids(tok, text, number, text.index("<code>")) \
         == span_ids(tok, text, number, text.index("<answer>"))
-    assert tok.convert_ids_to_tokens(span_ids(tok, text, number)) == list(number)          # digits one by one
+    pieces = tok.convert_ids_to_tokens(span_ids(tok, text, number))
+    assert "".join(pieces) == number and all(len(p) <= 3 for p in pieces)        # groups of at most 3 digits, no space
 
 
 def test_copyability_of_every_kind_at_smoke(smoke_run):
@@ -43,11 +44,15 @@ def test_copyability_of_every_kind_at_smoke(smoke_run):
 
 
 def test_copyability_can_fail():
-    "GPT-2's pieces (a space fused into the next word) make a name copied after a tag a different token sequence."
-    text = "Kravomu Tiles was founded by Ana Vell in 1961. " * 3 + "Who founded Kravomu Tiles?"
-    gpt2 = build_tokenizer([text] * 20 + ["Tiles Vell founded"] * 20, vocab_size=350, pre_tokenizer=gpt2_pre_tokenizer())
-    row = {"kind": "multihop", "prompt": "Question: Who founded Kravomu Tiles?\n", "completion": "<web_search>Kravomu Tiles</web_search>"
-           "\n<observation>\nKravomu Tiles was founded by Ana Vell.\n</observation>\n<answer>Ana Vell</answer>"}
-    assert len(copied_spans(row["prompt"], row["completion"])) == 2
+    "A name copied without the space before it, or a number under GPT-2's pieces, is other ids than its source."
+    text = "Kravomu Tiles was founded by Ana Vell in 1961 and employs 235193 people. " * 3 + "Who founded Kravomu Tiles?"
+    row = {"kind": "multihop", "prompt": "Question: Who founded Kravomu Tiles? It employs 235193 people.\n",
+           "completion": "<web_search> Kravomu Tiles</web_search>\n<observation>\nKravomu Tiles was founded by Ana Vell.\n</observation>\n"
+                         "<code> print(235193 + 1)</code>\n<observation>\n235194\n</observation>\n<answer> Ana Vell</answer>"}
+    assert len(copied_spans(row["prompt"], row["completion"])) == 3
+    chosen = build_tokenizer([text] * 20, vocab_size=350)
+    assert copyability(chosen, [row])["multihop"] == 1.0
+    glued = {**row, "completion": row["completion"].replace("<web_search> ", "<web_search>")}
+    assert copyability(chosen, [glued])["multihop"] < 1.0
+    gpt2 = build_tokenizer([text] * 20 + ["(235193) 235193"] * 20, vocab_size=350, pre_tokenizer=gpt2_pre_tokenizer())
     assert copyability(gpt2, [row])["multihop"] < 1.0
-    assert copyability(build_tokenizer([text] * 20, vocab_size=350), [row])["multihop"] == 1.0
