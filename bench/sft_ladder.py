@@ -123,14 +123,20 @@ def run_rung(a) -> dict:
               + "  nll " + " ".join(f"{k} {v:.2f}" for k, v in p.get("token_losses", {}).items()), flush=True)
         atomic_write_json(out_json, res)
 
+    per_kind = lambda kinds: max(a.n_dev, -(-a.min_dev // len(kinds)))      # at least `min_dev` dev tasks per point
     t_start = time.perf_counter()
     for i, (kinds, tokens) in enumerate(phases):
         subset = rows.filter(lambda r: r["kind"] in kinds)
         if a.rows: subset = subset.shuffle(seed=a.seed).select(range(min(a.rows, subset.num_rows)))
-        dev = eval_tasks(dev_split, a.n_dev, kinds)
+        dev = eval_tasks(dev_split, per_kind(kinds), kinds)
         pcfg = replace(cfg, token_budget=tokens, seed=a.seed + i)
-        if base is None and a.base:
+        if base is None and (a.base or a.base_steps):
             from transformers import AutoModelForCausalLM
+            from coa_lib.sft import pretrain_base
+            if a.base_steps:          # the stage's base model at this size (quote pretraining), built once per size and step count
+                a.base = str(pretrain_base(rd, replace(cfg, base_steps=a.base_steps, base_threads=a.threads),
+                                           rd / "ladder" / f"base_{a.size}_{a.base_steps}"))
+                res["base"] = a.base
             base = AutoModelForCausalLM.from_pretrained(a.base)
         model = build_tiny_qwen2(tok, a.size, seed=a.seed) if base is None else base
         out = rd / "ladder" / a.label / f"phase{i}"
@@ -144,7 +150,7 @@ def run_rung(a) -> dict:
         offset += done["tokens_seen"]
         from transformers import AutoModelForCausalLM
         base = AutoModelForCausalLM.from_pretrained(str(path))
-        final_dev = eval_tasks(dev_split, a.n_dev, phases[-1][0] if i == len(phases) - 1 else kinds)
+        final_dev = dev
         if not res["curve"] or res["curve"][-1]["tokens_seen"] < offset: point(base, offset, None, final_dev)
     res["wall_s"] = time.perf_counter() - t_start
     res["load_avg_after"] = os.getloadavg()[0]
@@ -184,10 +190,12 @@ def main():
     ap.add_argument("--rows", type=int, default=0, help="train on at most this many rows (epochs over a smaller set)")
     ap.add_argument("--bf16", choices=["auto", "on", "off"], default="auto")
     ap.add_argument("--eval-every", type=int, default=300_000)
-    ap.add_argument("--n-dev", type=int, default=10, help="dev tasks per kind of the phase (single-kind rungs: use 50)")
+    ap.add_argument("--n-dev", type=int, default=10, help="dev tasks per kind of the phase (at least --min-dev in all)")
+    ap.add_argument("--min-dev", type=int, default=50, help="dev tasks per evaluation point, at least")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--base", default=None, help="start from this saved model (e.g. a pretrained one) instead of a fresh --size model")
+    ap.add_argument("--base-steps", type=int, default=0, help="start from the stage's base model (coa_lib.sft.pretrain_base) with these quote steps")
     ap.add_argument("--plot", action="store_true", help="only plot the saved curves")
     a = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)

@@ -28,9 +28,9 @@ from .tasks import TaskConfig, build_task_splits, corpus_for_task, task_meta
 __all__ = ['FINISH_REASONS', 'PAD', 'EOS', 'IM_START', 'IM_END', 'SPECIAL_TOKENS', 'TAG_TOKENS', 'CHAT_TEMPLATE',
            'COPY_SAFE_PATTERN', 'ISOLATED_SPACE_PATTERN', 'COPY_TARGETS', 'QWEN2_SIZES', 'JUDGE_PROMPT', 'Completion',
            'BackendError', 'Backend', 'first_stop', 'ScriptedBackend', 'copy_safe_pre_tokenizer', 'gpt2_pre_tokenizer',
-           'build_tokenizer', 'apply_chat_template', 'copied_spans', 'copyability', 'TokenCounter', 'student_tokenizer',
-           'ModelSize', 'qwen2_config', 'build_tiny_qwen2', 'n_params', 'HFBackend', 'load_policy', 'OpenAIBackend',
-           'JudgeError', 'parse_judgement', 'llm_judge']
+           'build_tokenizer', 'apply_chat_template', 'copied_spans', 'copyability', 'TokenCounter', 'world_pages',
+           'student_tokenizer', 'ModelSize', 'qwen2_config', 'build_tiny_qwen2', 'n_params', 'HFBackend', 'load_policy',
+           'OpenAIBackend', 'JudgeError', 'parse_judgement', 'llm_judge']
 
 # %% ../nbs/04_llm.ipynb #b60db4ca
 FINISH_REASONS = ("stop", "length", "eos")
@@ -228,17 +228,24 @@ class TokenCounter:
         return n + (self._piece(text[pos:]) if pos < len(text) else 0)
 
 # %% ../nbs/04_llm.ipynb #fd0ca59c
+def world_pages(tasks: Iterable[dict], max_worlds: int = 200) -> list[str]:
+    "The page texts of the worlds of `tasks` (up to `max_worlds` distinct worlds, in order of first appearance)."
+    texts, seen = [], set()
+    for t in tasks:
+        cid = task_meta(t).get("corpus_id")
+        if cid and cid not in seen and len(seen) < max_worlds:
+            seen.add(cid); texts += list(corpus_for_task(t)["text"])
+    return texts
+
 def _tokenizer_texts(tasks: Iterable[dict], max_worlds: int = 200) -> list[str]:
     "Texts the student's tokenizer is trained on: task texts plus the pages of (up to `max_worlds`) of their worlds."
-    texts, seen = [], set()
+    tasks = list(tasks)
+    texts = []
     for t in tasks:
         texts += [t["question"], t["answer"]]
         m = task_meta(t)
         if "reference" in m: texts.append(m["reference"])
-        cid = m.get("corpus_id")
-        if cid and cid not in seen and len(seen) < max_worlds:
-            seen.add(cid); texts += list(corpus_for_task(t)["text"])
-    return texts
+    return texts + world_pages(tasks, max_worlds)
 
 def student_tokenizer(run_dir, profile: str = "smoke", vocab_size: int = 2048) -> PreTrainedTokenizerFast:
     "The student's BPE tokenizer of the run (artifact `student_tokenizer`), trained on the training tasks and their pages."
@@ -249,7 +256,6 @@ def student_tokenizer(run_dir, profile: str = "smoke", vocab_size: int = 2048) -
         tok = build_tokenizer(_tokenizer_texts(train), vocab_size=vocab_size)
         atomic_dir(path, lambda tmp: tok.save_pretrained(str(tmp)))
     return load_or_build(run_dir, "student_tokenizer", build, lambda p: PreTrainedTokenizerFast.from_pretrained(str(p)))
-
 
 # %% ../nbs/04_llm.ipynb #74256353
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@
 
 # %% ../nbs/09_sft.ipynb #c1803d97
 from __future__ import annotations
-import math, time
-from dataclasses import asdict, dataclass
+import math, random, time
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -19,9 +19,9 @@ from .format import observation_char_spans
 __all__ = ['IGNORE', 'BF16_MIN_SPEEDUP', 'STUDENTS', 'GAME24_PAPER', 'completion_pieces', 'encode_sft_row', 'tokenize_sft',
            'SFTStageConfig', 'probe_precision', 'choose_precision', 'WeightedLossCollator', 'weighted_token_loss',
            'build_sft_trainer', 'last_checkpoint', 'budget_subset', 'train_sft', 'plot_loss', 'sft_loss',
-           'replace_token', 'Student', 'run_in_lanes', 'train_student', 'student_named', 'train_students', 'eval_tasks',
-           'evaluate_student', 'evaluate_students', 'eval_records', 'teacher_metrics', 'results_table', 'plot_results',
-           'game24_real', 'sft_report']
+           'replace_token', 'quote_rows', 'pretrain_base', 'eval_loss', 'Student', 'run_in_lanes', 'train_student',
+           'student_named', 'train_students', 'eval_tasks', 'evaluate_student', 'evaluate_students', 'eval_records',
+           'teacher_metrics', 'results_table', 'plot_results', 'game24_real', 'sft_report', 'ladder_summary']
 
 # %% ../nbs/09_sft.ipynb #47720e1c
 IGNORE = -100   # the label of a token that gets no loss
@@ -96,19 +96,24 @@ class SFTStageConfig:
     threads: int | None = None      # torch threads while training (None: leave as is); per process when lanes > 1
     lanes: int = 1                  # students trained / evaluated at once, each in its own process (CPU: 1 thread per lane)
     seed: int = 0
+    base_steps: int = 0             # quote-pretraining steps of the students' common base (0: students start from random weights)
+    base_batch: int = 16
+    base_lr: float = 1e-3
+    base_worlds: int = 300          # training worlds whose pages the base quotes from
+    base_threads: int | None = None # torch threads of the base pretraining (one model, before the lanes start; None: all)
     n_eval: int = 8                 # evaluation tasks per kind (test split) for each student
     max_turns: int = 8
     max_new_tokens: int = 256
 
     @classmethod
     def for_profile(cls, profile: str) -> SFTStageConfig:
-        "Smoke: a handful of steps on short rows; full: nano students, 3.6M tokens each (≈ 30 min per student per lane here)."
+        "Smoke: a handful of steps on short rows; full: the recipe chosen on dev by `bench/sft_ladder.py` (see the end of this notebook)."
         if check_profile(profile) == "smoke":
-            return cls(profile=profile, size="nano", max_len=256, batch_size=4, warmup_steps=2, token_budget=4_000,
-                       save_steps=4, logging_steps=1, n_eval=1, max_turns=3, max_new_tokens=48, lanes=2, threads=1)
-        # chosen on dev (see "Choosing the full profile" below): nano students, 3.6M tokens each, two lanes of one thread
-        return cls(profile=profile, size="nano", max_len=2048, batch_size=8, lr=5e-3, token_budget=3_600_000, save_steps=100,
-                   n_eval=25, lanes=2, threads=1)
+            return cls(profile=profile, size="nano", max_len=256, batch_size=4, lr=1e-3, warmup_steps=2, token_budget=4_000,
+                       save_steps=4, logging_steps=1, n_eval=1, max_turns=3, max_new_tokens=48, lanes=2, threads=1,
+                       base_steps=4, base_batch=4, base_worlds=4)
+        return cls(profile=profile, size="nano", max_len=2048, batch_size=4, lr=1e-3, lr_schedule="constant_with_warmup",
+                   token_budget=2_500_000, save_steps=200, n_eval=50, lanes=2, threads=1, base_steps=1500)
 
     def steps_for(self, mean_tokens: float) -> int:
         "Optimizer steps that spend `token_budget` on rows of `mean_tokens` tokens (or `max_steps`)."
@@ -303,6 +308,49 @@ def replace_token(row: dict, k: int, new_id: int) -> dict:
     if labels[k] != IGNORE: labels[k] = new_id
     return {**row, "input_ids": ids, "labels": labels}
 
+# %% ../nbs/09_sft.ipynb #89e8712e
+def quote_rows(texts: Sequence[str], n: int, seed: int = 0, docs: tuple[int, int] = (1, 3), span_words: tuple[int, int] = (5, 12),
+               cue_words: int = 2) -> list[dict]:
+    "`n` quoting rows: `docs` random texts, then `Quote:` and the first `cue_words` words of a random span of them; the completion is the rest."
+    rng, rows = random.Random(seed), []
+    for _ in range(n):
+        words = " ".join(rng.choice(texts) for _ in range(rng.randint(*docs))).split(" ")
+        k = min(rng.randint(*span_words), len(words))
+        a = rng.randrange(0, len(words) - k + 1)
+        span = words[a:a + k]
+        rows.append({"prompt": " ".join(words) + "\nQuote:" + "".join(" " + w for w in span[:cue_words]),
+                     "completion": "".join(" " + w for w in span[cue_words:])})
+    return rows
+
+def pretrain_base(run_dir, cfg: SFTStageConfig, out_dir=None) -> Path:
+    "The students' common base (`out_dir`, default `run_dir/sft/base`): a fresh `cfg.size` model pretrained to quote on the training worlds' pages."
+    from coa_lib.llm import build_tiny_qwen2, student_tokenizer, world_pages
+    from coa_lib.tasks import TaskConfig, build_task_splits
+    run_dir = resolve_run_dir(run_dir)
+    tok = student_tokenizer(run_dir, cfg.profile)
+    train = build_task_splits(run_dir, TaskConfig.for_profile(cfg.profile))["train"]
+    rows = quote_rows(world_pages(train, max_worlds=cfg.base_worlds), cfg.base_steps * cfg.base_batch, cfg.seed)
+    base_cfg = replace(cfg, batch_size=cfg.base_batch, lr=cfg.base_lr, max_steps=cfg.base_steps, max_len=512, obs_weight=0.0,
+                       lr_schedule="constant_with_warmup", warmup_steps=min(50, cfg.base_steps // 10), threads=cfg.base_threads)
+    out_dir = Path(out_dir) if out_dir is not None else run_dir / "sft" / "base"
+    return train_sft(rows, build_tiny_qwen2(tok, cfg.size, seed=cfg.seed), out_dir, base_cfg, tokenizer=tok)
+
+def eval_loss(model, tokenizer, rows: Sequence[dict], batch: int = 16) -> float:
+    "Mean loss per trained token of `model` on prompt/completion `rows` (the SFT masking), without training."
+    data, total, count = tokenize_sft(rows, tokenizer, max_len=None), 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for i in range(0, data.num_rows, batch):
+            part = data[i:i + batch]
+            width = max(map(len, part["input_ids"]))
+            ids = torch.tensor([x + [tokenizer.pad_token_id] * (width - len(x)) for x in part["input_ids"]])
+            labels = torch.tensor([x + [IGNORE] * (width - len(x)) for x in part["labels"]])
+            logits = model(input_ids=ids, attention_mask=(labels != IGNORE) | (ids != tokenizer.pad_token_id)).logits
+            n = int((labels[:, 1:] != IGNORE).sum())
+            total += float(weighted_token_loss(logits, labels, torch.ones_like(labels, dtype=torch.float))) * n; count += n
+    return total / max(count, 1)
+
+
 # %% ../nbs/09_sft.ipynb #38d0c042
 from .format import COA, DIRECT, REACT, TagSet
 
@@ -337,12 +385,12 @@ def _module_fn(name: str):
     return getattr(coa_lib.sft, name)
 
 def train_student(run_dir, cfg: SFTStageConfig, student: Student, base: str | Path | None = None) -> Path:
-    "Train one student (a fresh `cfg.size` model with the run's tokenizer, or the HF model at `base`) into `run_dir/sft/<name>`."
+    "Train one student into `run_dir/sft/<name>`: from the HF model at `base`, else the run's base model, else a fresh `cfg.size` model."
     from coa_lib.filtering import build_sft_sets
-    from coa_lib.llm import build_tiny_qwen2
-    from coa_lib.llm import student_tokenizer
+    from coa_lib.llm import build_tiny_qwen2, student_tokenizer
     run_dir = resolve_run_dir(run_dir)
     rows = build_sft_sets(run_dir, cfg.profile, progress=False)[student.sft_set]
+    if base is None and cfg.base_steps: base = pretrain_base(run_dir, cfg)
     tok = student_tokenizer(run_dir, cfg.profile) if base is None else None
     model = build_tiny_qwen2(tok, cfg.size, seed=cfg.seed) if base is None else base
     return train_sft(rows, model, run_dir / "sft" / student.name, cfg, tokenizer=tok)
@@ -361,6 +409,7 @@ def train_students(run_dir, cfg: SFTStageConfig, students: Sequence[Student] = S
     from coa_lib.filtering import build_sft_sets
     run_dir = resolve_run_dir(run_dir)
     build_sft_sets(run_dir, cfg.profile, progress=False)    # built once here, not by each lane
+    if base is None and cfg.base_steps: base = pretrain_base(run_dir, cfg)    # likewise the common base model
     jobs = [(str(run_dir), asdict(cfg), s.name, None if base is None else str(base)) for s in students]
     paths = run_in_lanes(_module_fn("_train_job"), jobs, cfg.lanes, cfg.threads)
     out = {s.name: Path(p) for s, p in zip(students, paths)}
@@ -490,9 +539,39 @@ def sft_report(run_dir) -> str:
     out += ["", f"#### Memorisation gap (CoA student, QA kinds): training worlds {_pct(gap['train_worlds'])}% "
                 f"({gap['n_train_worlds']} held-back tasks) vs test worlds {_pct(gap['test_worlds'])}% ({gap['n_test_worlds']} tasks): "
                 f"gap {_pct(gap['gap'])} points.", "",
-            "#### Training (equal token budgets)", "", "| student | tokens seen | steps | rows | wall s | tokens/s | final loss |",
-            "|---|---:|---:|---:|---:|---:|---:|"]
+            "#### Training (equal token budgets)", "", "| student | tokens seen | steps | rows | wall s | tokens/s | final loss | precision |",
+            "|---|---:|---:|---:|---:|---:|---:|---|"]
     for name, d in res.get("training", {}).items():
+        prec = d.get("precision") or {}
         out.append(f"| {name} | {d['tokens_seen']:,} | {d['global_step']} | {d['rows']:,} | {d['wall_s']:.0f} | "
-                   f"{d['tokens_seen'] / max(d['wall_s'], 1e-9):,.0f} | {d['final_loss']:.3f} |")
+                   f"{d['tokens_seen'] / max(d['wall_s'], 1e-9):,.0f} | {d['final_loss']:.3f} | {'bf16' if prec.get('bf16') else 'fp32'} |")
+    if (rd / "sft_base.json").exists():
+        b = read_json(rd / "sft_base.json"); q = b["dev_quote_loss"]; pr = b["precision"]
+        probe = f" (probe: fp32 {pr['fp32_step_s']:.3f} s/step, bf16 {pr['bf16_step_s']:.3f} s/step)" if "fp32_step_s" in pr else ""
+        out += ["", f"Base model (quote pretraining on training-world pages, shared by every student): {b['steps']} steps, "
+                    f"{b['tokens_seen']:,} tokens in {b['wall_s']:.0f} s, {'bf16' if pr.get('bf16') else 'fp32'}{probe}; "
+                    f"quote loss on pages of unseen dev worlds {q['random weights']:.2f} → {q['base model']:.2f} nats."]
     return "\n".join(out) + "\n"
+
+# %% ../nbs/09_sft.ipynb #a798af45
+def ladder_summary(results_dir) -> "pd.DataFrame":
+    "One row per rung of `bench/sft_ladder.py` (its JSON files in `results_dir`): recipe, tokens, best dev accuracy, last copy losses."
+    import json, pandas as pd
+    rows = []
+    for p in sorted(Path(results_dir).glob("*.json")):
+        r = json.loads(p.read_text())
+        curve = r.get("curve") or []
+        if not curve: continue
+        best = max(curve, key=lambda c: (c["dev_accuracy"], -c["tokens_seen"]))
+        last = curve[-1]
+        losses = last.get("token_losses") or {}
+        rows.append({"rung": r["label"], "size": r["size"], "base": "quote" if r.get("base") else "none",
+                     "phases": " → ".join(f"{'all' if len(ph['kinds']) > 1 else ph['kinds'][0]} {ph['tokens'] / 1e6:g}M" for ph in r["phases"]),
+                     "lr": r["config"]["lr"], "batch": r["config"]["batch_size"], "obs_weight": r.get("obs_weight", 0.0),
+                     "rows_cap": r.get("rows_cap") or None, "tokens_seen_M": round(last["tokens_seen"] / 1e6, 2),
+                     "dev_tasks": last["dev_tasks"], "best_dev_accuracy": best["dev_accuracy"], "at_tokens_M": round(best["tokens_seen"] / 1e6, 2),
+                     "last_dev_accuracy": last["dev_accuracy"], "last_invalid": last["invalid_rate"],
+                     "copy_loss_rest": round(losses["copied_rest"], 2) if "copied_rest" in losses else None,
+                     "other_loss": round(losses["other"], 2) if "other" in losses else None})
+    return pd.DataFrame(rows).set_index("rung") if rows else pd.DataFrame()
+
