@@ -39,7 +39,7 @@ def test_coa_keeps_every_real_observation_in_order(traces):
     for tr in traces:
         tools = [c for c in trace_calls(tr) if c["tool"]]
         segs = [s for s in parse_coa(trace_to_coa(tr)) if s.tag in ("web_search", "crawl_page", "code")]
-        assert [(s.tag, s.content) for s in segs] == [(c["tool"], c["argument"]) for c in tools]
+        assert [(s.tag, s.content.strip()) for s in segs] == [(c["tool"], c["argument"]) for c in tools]
 
 
 def test_react_and_direct_drop_the_other_roles(traces):
