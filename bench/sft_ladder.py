@@ -3,11 +3,13 @@
 A rung trains one fresh student (`--size`) on the run's CoA SFT set restricted to some task kinds, in one or more phases
 (a curriculum: `--phase multihop:800000 --phase all:1600000` trains 0.8M tokens on multihop rows, then continues on the
 mixture), and evaluates the live model on dev tasks every `--eval-every` tokens (greedy, real tools, the CoA format;
-`--n-dev` tasks per kind of the phase, ≥ 50 per point). The learning rate is constant after warm-up, so the points of a
+`--n-dev` tasks per kind of the phase, ≥ 50 per point). The learning rate is constant after warm-up (`--schedule`), so the points of a
 curve are comparable. Ablations: `--obs-weight 0.1` (observation tokens trained at 0.1 instead of masked), `--rows N`
-(epochs over N rows instead of one pass over fresh ones).
+(epochs over N rows instead of one pass over fresh ones). `--continues RUNG` goes on from another rung's final model
+(a fresh optimizer; the tokens it saw carry over into this curve).
 
     python bench/sft_ladder.py --run-dir runs/ladder --label mh_nano --phase multihop:1500000 --size nano
+    python bench/sft_ladder.py --label mh_nano_more --continues mh_nano --phase multihop:1500000 --size nano
     python bench/sft_ladder.py --plot          # every curve of bench/results/ladder/*.json in one figure
 
 Writes bench/results/ladder/<label>.json (the curve, the settings, speed, precision) after every point, so a stopped
@@ -87,7 +89,7 @@ def run_rung(a) -> dict:
     dev_split = build_task_splits(rd, TaskConfig.for_profile(a.profile))["dev"]
     phases = [parse_phase(p) for p in a.phase]
     cfg = replace(SFTStageConfig.for_profile(a.profile), size=a.size, lr=a.lr, batch_size=a.batch, max_len=a.max_len,
-                  warmup_steps=a.warmup, lr_schedule="constant_with_warmup", threads=a.threads, save_steps=10**9,
+                  warmup_steps=a.warmup, lr_schedule=a.schedule, threads=a.threads, save_steps=10**9,
                   logging_steps=10, obs_weight=a.obs_weight, seed=a.seed, lanes=1,
                   bf16=None if a.bf16 == "auto" else a.bf16 == "on")
     res = {"label": a.label, "size": a.size, "base": a.base, "phases": [{"kinds": list(k), "tokens": t} for k, t in phases],
@@ -95,6 +97,12 @@ def run_rung(a) -> dict:
            "load_avg_before": os.getloadavg()[0], "curve": [], "phases_done": []}
     out_json = OUT / f"{a.label}.json"
     base, offset = None, 0
+    if a.continues:           # go on training another rung's final model; its tokens count towards this curve
+        prev = json.loads((OUT / f"{a.continues}.json").read_text())
+        if not prev.get("phases_done"): raise SystemExit(f"rung {a.continues!r} has no finished phase to continue")
+        a.base = str(rd / "ladder" / a.continues / f"phase{len(prev['phases_done']) - 1}")
+        offset = prev["curve"][-1]["tokens_seen"]
+        res.update(base=a.base, continues=a.continues, offset_tokens=offset)
     held_out = dev_rows(rd, a.profile, tuple(k for ks, _ in phases for k in ks), 40)
 
     class DevCurve(TrainerCallback):
@@ -159,18 +167,23 @@ def run_rung(a) -> dict:
 
 
 def plot(paths: list[Path], out: Path) -> None:
-    "Dev accuracy against tokens seen, one line per rung (solid: CoA dev accuracy; the legend says the recipe)."
+    "Dev accuracy and the held-out copy loss against tokens seen, one line per rung (the legend names the recipe)."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.8))
     for p in paths:
         r = json.loads(p.read_text())
         if not r["curve"]: continue
-        xs = [c["tokens_seen"] / 1e6 for c in r["curve"]]; ys = [c["dev_accuracy"] for c in r["curve"]]
-        ax.plot(xs, ys, marker="o", markersize=3, label=f"{r['label']} ({r['size']})")
+        xs = [c["tokens_seen"] / 1e6 for c in r["curve"]]
+        line, = ax.plot(xs, [c["dev_accuracy"] for c in r["curve"]], marker="o", markersize=3, label=f"{r['label']} ({r['size']})")
+        pts = [(x, c["token_losses"]["copied_rest"]) for x, c in zip(xs, r["curve"]) if "copied_rest" in c.get("token_losses", {})]
+        if pts: bx.plot(*zip(*pts), marker="o", markersize=3, color=line.get_color())
     ax.set(xlabel="tokens seen (millions; prompt and observations included)", ylabel="dev accuracy",
            title="Learnability ladder (dev split, greedy, real tools)", ylim=(-0.02, 1.02))
-    ax.grid(alpha=0.3); ax.legend(fontsize=7, ncol=2)
+    bx.set(xlabel="tokens seen (millions)", ylabel="nats per token", ylim=(0, None),
+           title="Loss on copied tokens of held-out dev trajectories (after a span's first)")
+    for x in (ax, bx): x.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
     fig.tight_layout(); fig.savefig(out, dpi=110); plt.close(fig)
     print(f"wrote {out}")
 
@@ -182,10 +195,12 @@ def main():
     ap.add_argument("--label", help="the rung's name (its JSON file)")
     ap.add_argument("--phase", action="append", default=[], help="KINDS:TOKENS, repeatable (a curriculum); KINDS = all | k1,k2")
     ap.add_argument("--size", default="nano")
-    ap.add_argument("--lr", type=float, default=5e-3)
-    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--max-len", type=int, default=2048)
     ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--schedule", default="constant_with_warmup",
+                    help="a transformers scheduler name; the default keeps a curve's points comparable, 'linear' or 'cosine' anneal to 0 by the end of each phase")
     ap.add_argument("--obs-weight", type=float, default=0.0)
     ap.add_argument("--rows", type=int, default=0, help="train on at most this many rows (epochs over a smaller set)")
     ap.add_argument("--bf16", choices=["auto", "on", "off"], default="auto")
@@ -196,6 +211,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--base", default=None, help="start from this saved model (e.g. a pretrained one) instead of a fresh --size model")
     ap.add_argument("--base-steps", type=int, default=0, help="start from the stage's base model (coa_lib.sft.pretrain_base) with these quote steps")
+    ap.add_argument("--continues", default=None, help="go on training this rung's final model (its tokens seen carry over)")
     ap.add_argument("--plot", action="store_true", help="only plot the saved curves")
     a = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)

@@ -112,8 +112,8 @@ class SFTStageConfig:
             return cls(profile=profile, size="nano", max_len=256, batch_size=4, lr=1e-3, warmup_steps=2, token_budget=4_000,
                        save_steps=4, logging_steps=1, n_eval=1, max_turns=3, max_new_tokens=48, lanes=2, threads=1,
                        base_steps=4, base_batch=4, base_worlds=4)
-        return cls(profile=profile, size="nano", max_len=2048, batch_size=4, lr=1e-3, lr_schedule="constant_with_warmup",
-                   token_budget=2_500_000, save_steps=200, n_eval=50, lanes=2, threads=1, base_steps=1500)
+        return cls(profile=profile, size="nano", max_len=2048, batch_size=4, lr=1e-3, lr_schedule="linear",
+                   token_budget=4_000_000, save_steps=200, n_eval=50, lanes=2, threads=1, base_steps=1500)
 
     def steps_for(self, mean_tokens: float) -> int:
         "Optimizer steps that spend `token_budget` on rows of `mean_tokens` tokens (or `max_steps`)."
@@ -565,7 +565,7 @@ def ladder_summary(results_dir) -> "pd.DataFrame":
         best = max(curve, key=lambda c: (c["dev_accuracy"], -c["tokens_seen"]))
         last = curve[-1]
         losses = last.get("token_losses") or {}
-        rows.append({"rung": r["label"], "size": r["size"], "base": "quote" if r.get("base") else "none",
+        rows.append({"rung": r["label"], "size": r["size"], "base": f"after {r['continues']}" if r.get("continues") else "quote" if r.get("base") else "none",
                      "phases": " → ".join(f"{'all' if len(ph['kinds']) > 1 else ph['kinds'][0]} {ph['tokens'] / 1e6:g}M" for ph in r["phases"]),
                      "lr": r["config"]["lr"], "batch": r["config"]["batch_size"], "obs_weight": r.get("obs_weight", 0.0),
                      "rows_cap": r.get("rows_cap") or None, "tokens_seen_M": round(last["tokens_seen"] / 1e6, 2),
