@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_sft.ipynb #c1803d97
 from __future__ import annotations
-import math, random, time
+import math, os, random, time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
@@ -100,7 +100,7 @@ class SFTStageConfig:
     base_batch: int = 16
     base_lr: float = 1e-3
     base_worlds: int = 300          # training worlds whose pages the base quotes from
-    base_threads: int | None = None # torch threads of the base pretraining (one model, before the lanes start; None: all)
+    base_threads: int | None = None # torch threads of the base pretraining (one model, before the lanes start; None: every core)
     n_eval: int = 8                 # evaluation tasks per kind (test split) for each student
     max_turns: int = 8
     max_new_tokens: int = 256
@@ -331,7 +331,7 @@ def pretrain_base(run_dir, cfg: SFTStageConfig, out_dir=None) -> Path:
     train = build_task_splits(run_dir, TaskConfig.for_profile(cfg.profile))["train"]
     rows = quote_rows(world_pages(train, max_worlds=cfg.base_worlds), cfg.base_steps * cfg.base_batch, cfg.seed)
     base_cfg = replace(cfg, batch_size=cfg.base_batch, lr=cfg.base_lr, max_steps=cfg.base_steps, max_len=512, obs_weight=0.0,
-                       lr_schedule="constant_with_warmup", warmup_steps=min(50, cfg.base_steps // 10), threads=cfg.base_threads)
+                       lr_schedule="constant_with_warmup", warmup_steps=min(50, cfg.base_steps // 10), threads=cfg.base_threads or os.cpu_count())
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "sft" / "base"
     return train_sft(rows, build_tiny_qwen2(tok, cfg.size, seed=cfg.seed), out_dir, base_cfg, tokenizer=tok)
 
