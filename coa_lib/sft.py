@@ -85,6 +85,7 @@ class SFTStageConfig:
     weight_decay: float = 0.01
     warmup_steps: int = 20
     lr_schedule: str = "cosine"     # a transformers scheduler name ("constant_with_warmup" for learning curves)
+    decay_frac: float = 0.1         # "warmup_stable_decay": the last share of the steps, where the rate falls linearly to 0
     token_budget: int = 200_000     # tokens processed per student
     max_steps: int | None = None    # overrides token_budget when set
     save_steps: int = 200
@@ -112,8 +113,8 @@ class SFTStageConfig:
             return cls(profile=profile, size="nano", max_len=256, batch_size=4, lr=1e-3, warmup_steps=2, token_budget=4_000,
                        save_steps=4, logging_steps=1, n_eval=1, max_turns=3, max_new_tokens=48, lanes=2, threads=1,
                        base_steps=4, base_batch=4, base_worlds=4)
-        return cls(profile=profile, size="nano", max_len=2048, batch_size=4, lr=1e-3, lr_schedule="linear",
-                   token_budget=4_000_000, save_steps=200, n_eval=50, lanes=2, threads=1, base_steps=1500)
+        return cls(profile=profile, size="nano", max_len=2048, batch_size=4, lr=1e-3, lr_schedule="warmup_stable_decay",
+                   decay_frac=0.1, token_budget=4_000_000, save_steps=200, n_eval=50, lanes=2, threads=1, base_steps=1500)
 
     def steps_for(self, mean_tokens: float) -> int:
         "Optimizer steps that spend `token_budget` on rows of `mean_tokens` tokens (or `max_steps`)."
@@ -153,11 +154,17 @@ def choose_precision(model, tokenizer, cfg: SFTStageConfig) -> dict:
     return _PRECISION_CACHE[key]
 
 # %% ../nbs/09_sft.ipynb #3f53cf1d
+def _schedule_kwargs(cfg: SFTStageConfig, max_steps: int) -> dict:
+    "Extra arguments of the learning-rate schedule: the decay length of warmup-stable-decay, none for the others."
+    if cfg.lr_schedule != "warmup_stable_decay": return {}
+    return {"num_decay_steps": max(1, round(cfg.decay_frac * max_steps)), "decay_type": "linear"}
+
 def _trainer_args(out_dir: Path, cfg: SFTStageConfig, max_steps: int, bf16: bool, weighted: bool):
     from trl import SFTConfig
     return SFTConfig(output_dir=str(out_dir / "checkpoints"), max_steps=max_steps, per_device_train_batch_size=cfg.batch_size,
                      gradient_accumulation_steps=cfg.grad_accum, learning_rate=cfg.lr, weight_decay=cfg.weight_decay,
                      lr_scheduler_type=cfg.lr_schedule, warmup_steps=min(cfg.warmup_steps, max(0, max_steps - 1)),
+                     lr_scheduler_kwargs=_schedule_kwargs(cfg, max_steps),
                      logging_steps=cfg.logging_steps, save_steps=cfg.save_steps, save_total_limit=2, report_to="none",
                      use_cpu=not torch.cuda.is_available(), bf16=bf16, seed=cfg.seed, data_seed=cfg.seed,
                      max_length=None, dataset_num_proc=None, dataloader_num_workers=0, disable_tqdm=True,
