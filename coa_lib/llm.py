@@ -29,8 +29,8 @@ __all__ = ['FINISH_REASONS', 'PAD', 'EOS', 'IM_START', 'IM_END', 'SPECIAL_TOKENS
            'COPY_SAFE_PATTERN', 'ISOLATED_SPACE_PATTERN', 'COPY_TARGETS', 'QWEN2_SIZES', 'JUDGE_PROMPT', 'Completion',
            'BackendError', 'Backend', 'first_stop', 'ScriptedBackend', 'copy_safe_pre_tokenizer', 'gpt2_pre_tokenizer',
            'build_tokenizer', 'apply_chat_template', 'copied_spans', 'copyability', 'TokenCounter', 'world_pages',
-           'student_tokenizer', 'ModelSize', 'qwen2_config', 'build_tiny_qwen2', 'n_params', 'HFBackend', 'load_policy',
-           'OpenAIBackend', 'JudgeError', 'parse_judgement', 'llm_judge']
+           'student_tokenizer', 'load_tokenizer', 'ModelSize', 'qwen2_config', 'build_tiny_qwen2', 'n_params',
+           'HFBackend', 'load_policy', 'OpenAIBackend', 'JudgeError', 'parse_judgement', 'llm_judge']
 
 # %% ../nbs/04_llm.ipynb #b60db4ca
 FINISH_REASONS = ("stop", "length", "eos")
@@ -257,6 +257,13 @@ def student_tokenizer(run_dir, profile: str = "smoke", vocab_size: int = 2048) -
         atomic_dir(path, lambda tmp: tok.save_pretrained(str(tmp)))
     return load_or_build(run_dir, "student_tokenizer", build, lambda p: PreTrainedTokenizerFast.from_pretrained(str(p)))
 
+def load_tokenizer(path_or_name) -> PreTrainedTokenizerFast:
+    "The tokenizer saved at `path_or_name` exactly as saved (a local `tokenizer.json` as is); a hub name through `AutoTokenizer`."
+    p = Path(str(path_or_name))
+    if (p / "tokenizer.json").is_file(): return PreTrainedTokenizerFast.from_pretrained(str(p))
+    return AutoTokenizer.from_pretrained(str(path_or_name))
+
+
 # %% ../nbs/04_llm.ipynb #74256353
 @dataclass(frozen=True)
 class ModelSize:
@@ -329,7 +336,7 @@ class HFBackend(Backend):
         if isinstance(model_or_path, (str, os.PathLike)):
             path = str(model_or_path)
             model = AutoModelForCausalLM.from_pretrained(path, **({"dtype": _as_dtype(dtype)} if dtype else {}))
-            tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
+            tokenizer = tokenizer if tokenizer is not None else load_tokenizer(path)
         else:
             model = model_or_path
             if dtype: model = model.to(_as_dtype(dtype))

@@ -114,7 +114,7 @@ class SFTStageConfig:
                        save_steps=4, logging_steps=1, n_eval=1, max_turns=3, max_new_tokens=48, lanes=2, threads=1,
                        base_steps=4, base_batch=4, base_worlds=4)
         return cls(profile=profile, size="nano", max_len=2048, batch_size=4, lr=1e-3, lr_schedule="warmup_stable_decay",
-                   decay_frac=0.1, token_budget=4_000_000, save_steps=200, n_eval=50, lanes=2, threads=1, base_steps=1500)
+                   decay_frac=0.1, token_budget=3_000_000, save_steps=200, n_eval=50, lanes=2, threads=1, base_steps=1500)
 
     def steps_for(self, mean_tokens: float) -> int:
         "Optimizer steps that spend `token_budget` on rows of `mean_tokens` tokens (or `max_steps`)."
@@ -175,8 +175,9 @@ def _load_base(base, tokenizer):
     if isinstance(base, torch.nn.Module):
         if tokenizer is None: raise ValueError("train_sft(model_object) needs tokenizer=...; only a path brings its own tokenizer")
         return base, tokenizer
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    return AutoModelForCausalLM.from_pretrained(str(base)), tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(str(base))
+    from transformers import AutoModelForCausalLM
+    from coa_lib.llm import load_tokenizer
+    return AutoModelForCausalLM.from_pretrained(str(base)), tokenizer if tokenizer is not None else load_tokenizer(base)
 
 def _plain_loss_trainer_class():
     from transformers import Trainer

@@ -56,3 +56,16 @@ def test_copyability_can_fail():
     assert copyability(chosen, [glued])["multihop"] < 1.0
     gpt2 = build_tokenizer([text] * 20 + ["(235193) 235193"] * 20, vocab_size=350, pre_tokenizer=gpt2_pre_tokenizer())
     assert copyability(gpt2, [row])["multihop"] < 1.0
+
+
+def test_saved_student_keeps_the_copy_safe_tokens(smoke_run, tmp_path):
+    "A student saved by `train_sft` and loaded back by path (training from a base dir, rollouts) tokenizes like the run's tokenizer."
+    from coa_lib.llm import build_tiny_qwen2, load_policy, load_tokenizer
+    from coa_lib.sft import SFTStageConfig, train_sft
+    rd, sets, tok = smoke_run
+    out = train_sft(sets["coa_sft"].select(range(4)), build_tiny_qwen2(tok, "nano"), tmp_path / "student",
+                    SFTStageConfig.for_profile("smoke"), tokenizer=tok)
+    text = "Question: Who founded Kravomu Tiles (235193)?\n<web_search> Kravomu Tiles</web_search>\n<answer>(235193)</answer>"
+    want = tok(text, add_special_tokens=False)["input_ids"]
+    assert load_tokenizer(out)(text, add_special_tokens=False)["input_ids"] == want
+    assert load_policy(str(out)).tokenizer(text, add_special_tokens=False)["input_ids"] == want
