@@ -1,0 +1,42 @@
+"""Held-out copy losses of saved students (dev only): nats per token on the copied spans of teacher dev trajectories.
+
+The ladder's `token_losses` on `dev_rows` for any saved model, with the run's own tokenizer, so a stage's students and
+a ladder rung are compared on the same rows:
+
+    python bench/copy_loss.py --run-dir runs/full runs/full/sft/coa runs/ladder/ladder/<rung>/phase0
+
+Prints one line per model and writes bench/results/copy_loss.json.
+"""
+import argparse, json, sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="+", help="saved model directories")
+    ap.add_argument("--run-dir", default="runs/full")
+    ap.add_argument("--profile", default="full")
+    ap.add_argument("--kinds", default="multihop", help="comma-separated task kinds of the dev rows")
+    ap.add_argument("--rows", type=int, default=40)
+    a = ap.parse_args()
+    import torch
+    from transformers import AutoModelForCausalLM
+    from coa_lib.core import atomic_write_json
+    from coa_lib.llm import student_tokenizer
+    from sft_ladder import dev_rows, token_losses
+    torch.set_num_threads(2)
+    tok = student_tokenizer(a.run_dir, a.profile)
+    rows = dev_rows(Path(a.run_dir), a.profile, tuple(a.kinds.split(",")), a.rows)
+    out = {"run_dir": a.run_dir, "kinds": a.kinds, "rows": len(rows), "models": {}}
+    for m in a.models:
+        losses = token_losses(AutoModelForCausalLM.from_pretrained(m).eval(), tok, rows)
+        out["models"][m] = {k: round(v, 3) for k, v in losses.items()}
+        print(m, out["models"][m], flush=True)
+    atomic_write_json(HERE / "results" / "copy_loss.json", out)
+
+
+if __name__ == "__main__":
+    main()
