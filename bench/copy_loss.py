@@ -16,7 +16,7 @@ sys.path.insert(0, str(HERE))
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("models", nargs="+", help="saved model directories")
+    ap.add_argument("models", nargs="*", help="saved model directories (default: every model under RUN_DIR/sft)")
     ap.add_argument("--run-dir", default="runs/full")
     ap.add_argument("--profile", default="full")
     ap.add_argument("--kinds", default="multihop", help="comma-separated task kinds of the dev rows")
@@ -28,10 +28,12 @@ def main():
     from coa_lib.llm import student_tokenizer
     from sft_ladder import dev_rows, token_losses
     torch.set_num_threads(2)
+    models = a.models or sorted(str(p.parent) for p in Path(a.run_dir).glob("sft/*/model.safetensors"))
+    if not models: raise SystemExit(f"no saved models given or found under {a.run_dir}/sft")
     tok = student_tokenizer(a.run_dir, a.profile)
     rows = dev_rows(Path(a.run_dir), a.profile, tuple(a.kinds.split(",")), a.rows)
     out = {"run_dir": a.run_dir, "kinds": a.kinds, "rows": len(rows), "models": {}}
-    for m in a.models:
+    for m in models:
         losses = token_losses(AutoModelForCausalLM.from_pretrained(m).eval(), tok, rows)
         out["models"][m] = {k: round(v, 3) for k, v in losses.items()}
         print(m, out["models"][m], flush=True)
