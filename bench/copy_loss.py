@@ -7,7 +7,7 @@ a ladder rung are compared on the same rows:
 
 Prints one line per model and writes bench/results/copy_loss.json.
 """
-import argparse, json, sys
+import argparse, sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent

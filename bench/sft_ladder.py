@@ -158,8 +158,7 @@ def run_rung(a) -> dict:
         offset += done["tokens_seen"]
         from transformers import AutoModelForCausalLM
         base = AutoModelForCausalLM.from_pretrained(str(path))
-        final_dev = dev
-        if not res["curve"] or res["curve"][-1]["tokens_seen"] < offset: point(base, offset, None, final_dev)
+        if not res["curve"] or res["curve"][-1]["tokens_seen"] < offset: point(base, offset, None, dev)
     res["wall_s"] = time.perf_counter() - t_start
     res["load_avg_after"] = os.getloadavg()[0]
     atomic_write_json(out_json, res)

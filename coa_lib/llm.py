@@ -255,7 +255,7 @@ def student_tokenizer(run_dir, profile: str = "smoke", vocab_size: int = 2048) -
         train = build_task_splits(run_dir, TaskConfig.for_profile(profile))["train"]
         tok = build_tokenizer(_tokenizer_texts(train), vocab_size=vocab_size)
         atomic_dir(path, lambda tmp: tok.save_pretrained(str(tmp)))
-    return load_or_build(run_dir, "student_tokenizer", build, lambda p: PreTrainedTokenizerFast.from_pretrained(str(p)))
+    return load_or_build(run_dir, "student_tokenizer", build, load_tokenizer)
 
 def load_tokenizer(path_or_name) -> PreTrainedTokenizerFast:
     "The tokenizer saved at `path_or_name` exactly as saved (a local `tokenizer.json` as is); a hub name through `AutoTokenizer`."

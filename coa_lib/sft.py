@@ -573,7 +573,7 @@ def ladder_summary(results_dir) -> "pd.DataFrame":
         best = max(curve, key=lambda c: (c["dev_accuracy"], -c["tokens_seen"]))
         last = curve[-1]
         losses = last.get("token_losses") or {}
-        rows.append({"rung": r["label"], "size": r["size"], "base": f"after {r['continues']}" if r.get("continues") else "quote" if r.get("base") else "none",
+        rows.append({"rung": r["label"], "size": r["size"], "base": f"after {r['continues']}" if r.get("continues") else Path(r["base"]).name if r.get("base") else "none",
                      "phases": " → ".join(f"{'all' if len(ph['kinds']) > 1 else ph['kinds'][0]} {ph['tokens'] / 1e6:g}M" for ph in r["phases"]),
                      "lr": r["config"]["lr"], "batch": r["config"]["batch_size"], "obs_weight": r.get("obs_weight", 0.0),
                      "rows_cap": r.get("rows_cap") or None, "tokens_seen_M": round(last["tokens_seen"] / 1e6, 2),
