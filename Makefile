@@ -40,10 +40,13 @@ $(STAMP): requirements.txt constraints.txt setup.py settings.ini
 	touch $(STAMP)
 
 # The code sandbox runs code as an unprivileged user under bubblewrap (bwrap), with a world-readable interpreter
-# (Debian's /usr/bin/python3, standard library only). Both are Debian packages, installed when missing and we may.
+# (Debian's /usr/bin/python3) and the libraries agents' code imports (numpy, sympy). All are Debian packages,
+# installed when missing and we may.
 sandbox-deps:
 	@need=""; command -v bwrap >/dev/null || need="bubblewrap"; [ -x /usr/bin/python3 ] || need="$$need python3-minimal"; \
-	if [ -z "$$need" ]; then echo "sandbox: $$(command -v bwrap), /usr/bin/python3"; \
+	/usr/bin/python3 -c "import numpy" 2>/dev/null || need="$$need python3-numpy"; \
+	/usr/bin/python3 -c "import sympy" 2>/dev/null || need="$$need python3-sympy"; \
+	if [ -z "$$need" ]; then echo "sandbox: $$(command -v bwrap), /usr/bin/python3 with numpy and sympy"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need) >/dev/null && echo "installed:$$need"; \
 	else echo "WARNING: missing$$need and cannot install it here: the code sandbox will refuse to run code"; fi

@@ -17,11 +17,11 @@ from .core import atomic_dir, atomic_write_json, read_json, resolve_run_dir
 from .format import TOOL_TAGS, ToolCall, find_tool_call, format_observation
 
 # %% auto #0
-__all__ = ['STOPWORDS', 'TOKENIZER_VERSION', 'SEARCH_TOP_K', 'SANDBOX_UID', 'BWRAP_CANDIDATES', 'RECHECK_FAILED_S',
-           'MAX_CODE_CHARS', 'ALREADY_CALLED', 'NO_CORPUS', 'TOOL_LRU_SIZE', 'content_hash', 'Pages', 'as_pages',
-           'tokenize', 'SearchTool', 'CrawlTool', 'ExecResult', 'SandboxLimits', 'bootstrap_code', 'bwrap_command',
-           'SandboxInfo', 'sandbox_info', 'sandbox_available', 'run_python', 'ToolStats', 'normalise_argument',
-           'ToolBox']
+__all__ = ['STOPWORDS', 'TOKENIZER_VERSION', 'SEARCH_TOP_K', 'SANDBOX_UID', 'BWRAP_CANDIDATES', 'SYSTEM_DIRS', 'ETC_FILES',
+           'RECHECK_FAILED_S', 'MAX_CODE_CHARS', 'ALREADY_CALLED', 'NO_CORPUS', 'TOOL_LRU_SIZE', 'content_hash',
+           'Pages', 'as_pages', 'tokenize', 'SearchTool', 'CrawlTool', 'ExecResult', 'SandboxLimits', 'bootstrap_code',
+           'allowed_mounts', 'bwrap_command', 'SandboxInfo', 'sandbox_info', 'sandbox_available', 'run_python',
+           'ToolStats', 'normalise_argument', 'ToolBox']
 
 # %% ../nbs/02_tools.ipynb #7260ba30
 def content_hash(titles: Sequence[str], texts: Sequence[str]) -> str:
@@ -282,6 +282,8 @@ try:
     with open('/proc/self/oom_score_adj','w') as f: f.write('1000')
 except OSError: pass
 for k,v in {limits}: R.setrlimit(k,(v,v))
+import site
+sys.path+=[p for p in site.getsitepackages() if p not in sys.path]
 src=sys.stdin.buffer.read()
 with open('main.py','wb') as f: f.write(src)
 R.setrlimit(R.RLIMIT_FSIZE,({fsize},{fsize}))
@@ -290,7 +292,7 @@ m=type(sys)('__main__'); m.__file__='main.py'; m.__builtins__=__builtins__; sys.
 try: code=compile(src,'main.py','exec')
 except (SyntaxError,ValueError) as e:
     import traceback; traceback.print_exception(type(e),e,None); sys.exit(1)
-del src,f,k,v,m
+del src,f,k,v,m,site
 try: exec(code,g)
 except SystemExit: raise
 except BaseException as e:
@@ -307,49 +309,40 @@ def bootstrap_code(lim: SandboxLimits) -> str:
 # %% ../nbs/02_tools.ipynb #a136692c
 SANDBOX_UID = 65534   # 'nobody': the uid bwrap runs as when the caller is root
 BWRAP_CANDIDATES = ("/usr/bin/bwrap", "/bin/bwrap", "/usr/local/bin/bwrap")
-_HIDE = ("/tmp", "/var/tmp", "/run", "/home", "/root", "/mnt", "/media", "/srv")
-
-def _project_root() -> Path | None:
-    here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
-    for d in [here, *here.parents]:
-        if (d / "settings.ini").exists(): return d
-    return None
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")   # programs and libraries, read-only
+ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives")
 
 def _is_under(p: str, root: str) -> bool: return p == root or p.startswith(root.rstrip("/") + "/")
-
-@functools.lru_cache(maxsize=1)
-def _hidden_dirs() -> tuple[str, ...]:
-    "Host trees covered by an empty tmpfs in the sandbox: user data, run-time sockets, the repo (with its runs/); checked once."
-    root = _project_root()
-    dirs = [*_HIDE, *([str(root)] if root else [])]
-    def worth_hiding(d: str) -> bool:                     # an empty directory hides nothing: one mount less per call
-        if not os.path.isdir(d) or os.path.islink(d): return False
-        try:
-            with os.scandir(d) as entries: return any(True for _ in entries)
-        except OSError: return True
-    return tuple(d for d in dict.fromkeys(dirs) if worth_hiding(d))
 
 def _python_prefix(python: str) -> str:
     "The installation tree of an interpreter (`/usr` for `/usr/bin/python3`)."
     return os.path.dirname(os.path.dirname(os.path.realpath(python)))
 
+@functools.lru_cache(maxsize=8)
+def allowed_mounts(python: str) -> tuple[str, ...]:
+    "bwrap arguments for the only host paths a sandbox sees, read-only: system dirs (symlinks stay symlinks), a minimal /etc, the interpreter's tree."
+    args: list[str] = []
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d): args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d): args += ["--ro-bind", d, d]
+    for p in ETC_FILES:
+        if os.path.lexists(p): args += ["--ro-bind", p, p]
+    prefix = _python_prefix(python)
+    if not any(_is_under(prefix, d) for d in SYSTEM_DIRS): args += ["--ro-bind", prefix, prefix]
+    return tuple(args)
+
 def bwrap_command(bwrap: str, python: str, lim: SandboxLimits, info_fd: int) -> list[str]:
     "The bwrap command line of one sandboxed run."
     size = str(lim.tmpfs_mb << 20)
-    hidden = [d for d in _hidden_dirs() if d != "/tmp"]
-    cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-           "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox",
-           "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for d in hidden: cmd += ["--size", "65536", "--tmpfs", d]              # empty and tiny ...
-    prefix = _python_prefix(python)
-    if any(_is_under(prefix, d) for d in hidden): cmd += ["--ro-bind", prefix, prefix]   # ... but the interpreter stays
-    for d in hidden: cmd += ["--remount-ro", d]                             # ... and read-only
-    cmd += ["--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
-            "--dir", "/tmp/work", "--chdir", "/tmp/work", "--info-fd", str(info_fd),
+    return [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox",
+            *allowed_mounts(python), "--dev", "/dev", "--proc", "/proc",
+            "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
+            "--dir", "/tmp/work", "--remount-ro", "/", "--chdir", "/tmp/work", "--info-fd", str(info_fd),
             "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp/work",
             "--setenv", "LANG", "C.UTF-8", "--setenv", "TMPDIR", "/tmp",
             python, "-I", "-S", "-B", "-u", "-c", bootstrap_code(lim)]
-    return cmd
+
 
 # %% ../nbs/02_tools.ipynb #9c5a6f1c
 _SIGNAL_HINTS = {signal.SIGSEGV: "segmentation fault", signal.SIGXCPU: "CPU time limit exceeded",
@@ -471,8 +464,8 @@ def _run_sandboxed(code: str, lim: SandboxLimits, bwrap: str, python: str) -> Ex
         return ExecResult(False, stdout, stderr, f"TimeoutError: code ran longer than {lim.timeout_s:g} s and was stopped", True, seconds=dt)
     if why == "output":
         return ExecResult(False, stdout, stderr, f"OutputLimitError: the program wrote more than {lim.kill_output_bytes:,} bytes and was stopped", seconds=dt)
-    if not info and rc != 0:                   # bwrap failed before starting the program: a sandbox problem, not the code's
-        return ExecResult(False, "", stderr, f"SandboxError: bwrap failed to set up the sandbox: {_tail_error(stderr, 2)}", seconds=dt)
+    if rc != 0 and (not info or (not out and stderr.startswith("bwrap: "))):   # bwrap failed before starting the program:
+        return ExecResult(False, "", stderr, f"SandboxError: bwrap failed to set up the sandbox: {_tail_error(stderr, 2)}", seconds=dt)  # not the code's fault
     err_msg = _describe_exit(rc, stderr, lim)
     return ExecResult(err_msg is None, stdout, stderr, err_msg, seconds=dt)
 
@@ -522,12 +515,14 @@ if os.getuid() == 0: bad.append('runs as root')
 try: open('/coa-sandbox-probe', 'w'); bad.append('root fs writable')
 except OSError: pass
 if len([p for p in os.listdir('/proc') if p.isdigit()]) > 3: bad.append('host processes visible')
+if os.path.exists('/etc/passwd'): bad.append('host files visible')
 print('SELF-CHECK', 6 * 7, ';'.join(bad) or 'contained')
 """
 
 def _python_candidates() -> list[str]:
+    "Interpreters to try, in order: the system's (its numpy and sympy come from the OS packages), then the caller's own."
     exe = os.path.realpath(sys.executable)
-    cands = [exe, os.path.join(sys.base_prefix, "bin", os.path.basename(exe)), "/usr/bin/python3", "/usr/local/bin/python3"]
+    cands = ["/usr/bin/python3", "/usr/local/bin/python3", exe, os.path.join(sys.base_prefix, "bin", os.path.basename(exe))]
     return [p for p in dict.fromkeys(cands) if os.path.isfile(p) and os.access(p, os.X_OK)]
 
 def _find_bwrap() -> str | None:
@@ -540,7 +535,9 @@ def _self_check() -> SandboxInfo:
     for py in _python_candidates():
         r = _run_sandboxed(_SELF_CHECK, SandboxLimits(timeout_s=10.0), bwrap, py)
         if r.ok and r.stdout.strip() == "SELF-CHECK 42 contained": return SandboxInfo(True, bwrap, py)
-        reasons.append(f"{py}: {(r.error or r.stdout.strip() or 'no output').splitlines()[-1][:200]}")
+        why = " ".join((r.error or r.stdout.strip() or "no output").split())[:400]
+        if "Permission denied" in why and os.geteuid() == 0: why += f" (the sandbox starts as uid {SANDBOX_UID}, who must be able to reach that path)"
+        reasons.append(f"{py}: {why}")
     return SandboxInfo(False, bwrap, None, "bwrap failed its self-check: " + " | ".join(reasons or ["no python interpreter found"]))
 
 _SANDBOX: SandboxInfo | None = None
@@ -572,8 +569,8 @@ def run_python(code: str, timeout_s: float = 5.0, memory_mb: int = 512, allow_un
     info = sandbox_info()
     if info.available: return _run_sandboxed(code, lim, info.bwrap, info.python)
     if not allow_unisolated:
-        return ExecResult(False, "", "", f"SandboxUnavailable: isolation is unavailable ({info.reason}); refusing to run code. "
-                          "Install bubblewrap or pass allow_unisolated=True.", isolated=False)
+        return ExecResult(False, "", "", f"SandboxUnavailable: isolation is unavailable ({info.reason}); refusing to run code "
+                          "(allow_unisolated=True runs it without isolation).", isolated=False)
     warnings.warn(f"run_python: running code WITHOUT isolation ({info.reason})", RuntimeWarning, stacklevel=2)
     return _run_unisolated(code, lim, sys.executable)
 

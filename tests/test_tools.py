@@ -201,6 +201,33 @@ def test_refuses_without_isolation_unless_allowed(monkeypatch):
         assert sandbox_info(refresh=True).available
 
 
+def test_missing_bwrap_says_install(monkeypatch):
+    monkeypatch.setattr(T, "_find_bwrap", lambda: None)
+    try:
+        info = sandbox_info(refresh=True)
+        assert not info.available and "bubblewrap" in info.reason and "not installed" in info.reason
+    finally:
+        monkeypatch.undo(); sandbox_info(refresh=True)
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="the unreachable-interpreter case is the root one (bwrap runs as nobody)")
+def test_a_failed_set_up_names_the_path_and_bwraps_message(monkeypatch, tmp_path):
+    # an interpreter in a 0700 directory: bwrap (run as nobody) cannot bind it; the reason says so, not "install bubblewrap"
+    private = tmp_path / "private"; (private / "bin").mkdir(parents=True); private.chmod(0o700)
+    py = private / "bin" / "python3"; py.write_bytes(Path("/usr/bin/python3").read_bytes()); py.chmod(0o755)
+    monkeypatch.setattr(T, "_python_candidates", lambda: [str(py)])
+    try:
+        info = sandbox_info(refresh=True)
+        assert not info.available, info
+        assert str(private) in info.reason and "bwrap:" in info.reason and "Permission denied" in info.reason, info.reason
+        assert f"uid {T.SANDBOX_UID}" in info.reason and "install" not in info.reason.lower(), info.reason
+        r = run_python("print(1)")
+        assert not r.ok and str(private) in r.error and "install" not in r.error.lower(), r.error
+    finally:
+        monkeypatch.undo()
+        assert sandbox_info(refresh=True).available
+
+
 def test_exec_result_observation():
     assert ExecResult(False, "x" * 5000, "", "Boom").observation(100).endswith("characters]\nBoom")
 
