@@ -317,18 +317,26 @@ def replace_token(row: dict, k: int, new_id: int) -> dict:
     return {**row, "input_ids": ids, "labels": labels}
 
 # %% ../nbs/09_sft.ipynb #89e8712e
-def quote_rows(texts: Sequence[str], n: int, seed: int = 0, docs: tuple[int, int] = (1, 3), span_words: tuple[int, int] = (5, 12),
+def quote_rows(texts: Sequence[str], n: int, seed: int = 0, docs: tuple[int, int] = (1, 3), span_words: tuple[int, int] = (8, 30),
                cue_words: int = 2) -> list[dict]:
-    "`n` quoting rows: `docs` random texts, then `Quote:` and the first `cue_words` words of a random span of them; the completion is the rest."
-    rng, rows = random.Random(seed), []
-    for _ in range(n):
+    "`n` quoting rows: `docs` random texts, `Quote:` and the shortest cue (≥ `cue_words` words) found once in them; the completion is the rest of the span."
+    rng, rows, draws = random.Random(seed), [], 0
+    while len(rows) < n:
+        draws += 1
+        if draws > 20 * n + 100: raise ValueError(f"quote_rows: {draws - 1} spans drawn, {len(rows)} with a cue that occurs once; the texts repeat themselves")
         words = " ".join(rng.choice(texts) for _ in range(rng.randint(*docs))).split(" ")
         k = min(rng.randint(*span_words), len(words))
         a = rng.randrange(0, len(words) - k + 1)
         span = words[a:a + k]
-        rows.append({"prompt": " ".join(words) + "\nQuote:" + "".join(" " + w for w in span[:cue_words]),
-                     "completion": "".join(" " + w for w in span[cue_words:])})
+        cue = next((c for c in range(min(cue_words, k - 1), k) if _occurrences(words, span[:c]) == 1), None)
+        if cue is None: continue                    # the span's every prefix recurs (a repeated sentence): draw another
+        rows.append({"prompt": " ".join(words) + "\nQuote:" + "".join(" " + w for w in span[:cue]),
+                     "completion": "".join(" " + w for w in span[cue:])})
     return rows
+
+def _occurrences(words: list[str], part: list[str]) -> int:
+    n = len(part)
+    return sum(words[i:i + n] == part for i in range(len(words) - n + 1))
 
 def pretrain_base(run_dir, cfg: SFTStageConfig, out_dir=None) -> Path:
     "The students' common base (`out_dir`, default `run_dir/sft/base`): a fresh `cfg.size` model pretrained to quote on the training worlds' pages."

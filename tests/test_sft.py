@@ -133,3 +133,17 @@ def test_run_in_lanes_keeps_job_order_and_raises_worker_errors():
     assert run_in_lanes(operator.add, [(1, 2), (3, 4)], lanes=1) == [3, 7]
     with pytest.raises(TypeError):
         run_in_lanes(operator.add, [(1, 2), (3, "x")], lanes=2, threads=1)
+
+
+def test_quote_rows_cue_says_where_and_the_quote_is_verbatim():
+    from coa_lib.sft import quote_rows
+    pages = [f"Zibri{i} is a city in Bazuland. Zibri{i} was founded in {1100 + i}. Zibri{i} is a city." for i in range(20)]
+    rows = quote_rows(pages, 200, seed=3)
+    assert len(rows) == 200 and rows == quote_rows(pages, 200, seed=3)
+    for r in rows:
+        context, cue = r["prompt"].rsplit("\nQuote:", 1)
+        words, c = context.split(" "), cue.split()
+        assert sum(words[i:i + len(c)] == c for i in range(len(words))) == 1, cue     # the cue occurs once: it says where
+        assert (cue + r["completion"]).strip() in context and r["completion"].startswith(" ")
+    with pytest.raises(ValueError, match="repeat themselves"):
+        quote_rows(["la la la la la la la la la la"], 5)
