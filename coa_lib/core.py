@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #2c0c8300
 from __future__ import annotations
-import atexit, hashlib, json, os, shutil, tempfile
+import atexit, glob, hashlib, json, os, shutil, tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -61,9 +61,17 @@ def read_json(path: str | os.PathLike) -> Any:
     except json.JSONDecodeError as e: raise ValueError(f"{path}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from e
 
 # %% ../nbs/00_core.ipynb #2aa36cd8
+def _recover_dir(path: Path) -> None:
+    "Tidy what a killed `atomic_dir` of `path` left: half-built temporaries go; an old copy moved aside comes back if `path` is gone."
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"): shutil.rmtree(stale, ignore_errors=True)
+    for old in path.parent.glob(f".{glob.escape(path.name)}.old-*"):
+        if path.exists(): shutil.rmtree(old, ignore_errors=True)
+        else: os.replace(old, path)
+
 def atomic_dir(path: str | os.PathLike, build: Callable[[Path], Any]) -> Path:
     "Create directory `path` atomically: `build(tmp_dir)` fills a temporary sibling, which then replaces `path`."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    _recover_dir(path)                          # one writer per artifact: anything left beside it is from a killed one
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
         build(tmp)
@@ -79,6 +87,7 @@ def atomic_dir(path: str | os.PathLike, build: Callable[[Path], Any]) -> Path:
 def save_dataset(ds, path: str | os.PathLike) -> Path:
     "Save an HF `Dataset` with `save_to_disk`, atomically."
     return atomic_dir(path, lambda tmp: ds.save_to_disk(str(tmp)))
+
 
 # %% ../nbs/00_core.ipynb #9c3aec0d
 def artifact_path(run_dir: str | os.PathLike, name: str) -> Path:
