@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -32,6 +32,8 @@ class ServeConfig:
     max_prompts: int = 64            # prompts in one completions request
     max_stop: int = 16               # stop strings
     max_body_bytes: int = 8 << 20    # larger bodies get 413
+    max_context: int | None = None   # prompt + completion tokens; None: the model's max_position_embeddings
+    read_timeout_s: float = 30.0     # a client that sends its request slower (a body short of its Content-Length) gets 408
 
 class RequestError(Exception):
     "A request the server refuses: HTTP status, message, and the offending parameter."
@@ -103,6 +105,8 @@ def parse_request(body: Any, chat: bool, model_id: str, cfg: ServeConfig) -> Gen
     mt = body.get("max_completion_tokens", body.get("max_tokens")) if chat else body.get("max_tokens")
     if mt is None: mt = cfg.default_max_tokens
     if not _is_int(mt) or mt < 0: raise RequestError(400, "'max_tokens' must be a non-negative integer", "max_tokens")
+    if cfg.max_context is not None and mt > cfg.max_context:
+        raise RequestError(400, f"'max_tokens' is {mt}, more than the model's context of {cfg.max_context} tokens", "max_tokens")
     temp = body.get("temperature", 1.0)
     temp = 1.0 if temp is None else temp
     if not isinstance(temp, (int, float)) or isinstance(temp, bool) or not 0 <= temp <= 2:
@@ -111,7 +115,8 @@ def parse_request(body: Any, chat: bool, model_id: str, cfg: ServeConfig) -> Gen
     n = 1 if n is None else n
     if not _is_int(n) or not 1 <= n <= cfg.max_n: raise RequestError(400, f"'n' must be an integer from 1 to {cfg.max_n}", "n")
     seed = body.get("seed")
-    if seed is not None and not _is_int(seed): raise RequestError(400, "'seed' must be an integer", "seed")
+    if seed is not None and not (_is_int(seed) and -2**63 <= seed < 2**64):   # torch.manual_seed's range
+        raise RequestError(400, "'seed' must be an integer from -2**63 to 2**64 - 1", "seed")
     return GenerationRequest([prompts] if chat else prompts, chat, min(mt, cfg.max_tokens_cap), float(temp), n, seed,
                              _stop(body.get("stop"), cfg))
 
@@ -140,15 +145,36 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):
         if self.server.verbose: sys.stderr.write(f"[serve] {self.address_string()} {fmt % args}\n")
 
-    def _send(self, status: int, obj: dict):
+    def setup(self):
+        self.timeout = self.server.config.read_timeout_s   # the socket timeout StreamRequestHandler.setup applies
+        super().setup()
+
+    def _send(self, status: int, obj: dict, headers: dict | None = None, body: bool = True):
         data = json.dumps(obj).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items(): self.send_header(k, v)
         self.end_headers()
-        self.wfile.write(data)
+        if body: self.wfile.write(data)
 
-    def _error(self, e: RequestError): self._send(e.status, e.body())
+    def _error(self, e: RequestError, headers: dict | None = None): self._send(e.status, e.body(), headers)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None):
+        "The stdlib's own errors (a garbled request line, headers too long, an unknown method) with a JSON body too."
+        self.log_error("code %d, message %s", code, message)
+        self.close_connection = True
+        msg = message or self.responses.get(code, ("error",))[0]
+        self._send(code, RequestError(code, msg).body(), {"Connection": "close"},
+                   body=self.command != "HEAD" and code >= 200 and code not in (204, 205, 304))
+
+    def _not_allowed(self):
+        if self.headers.get("Content-Length"):   # read what was sent, so closing does not reset the connection
+            try: self._raw_body()
+            except RequestError: pass
+        self._error(RequestError(405, f"method {self.command} is not allowed; use GET or POST", code="method_not_allowed"),
+                    {"Allow": "GET, POST"})
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
 
     def do_GET(self):
         path = self.path.split("?", 1)[0].rstrip("/")
@@ -158,16 +184,30 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/health": return self._send(200, {"status": "ok"})
         self._error(RequestError(404, f"no such endpoint: GET {path}", code="not_found"))
 
-    def _body(self) -> Any:
+    def _raw_body(self) -> bytes:
+        cfg = self.server.config
         try: n = int(self.headers.get("Content-Length", ""))
-        except ValueError: raise RequestError(411, "a Content-Length header is required") from None
-        if n < 0 or n > self.server.config.max_body_bytes:
+        except ValueError: raise RequestError(411, "a Content-Length header (a number of bytes) is required") from None
+        if n < 0: raise RequestError(400, f"Content-Length is negative ({n})")
+        if n > cfg.max_body_bytes:
             self.close_connection = True
-            raise RequestError(413, f"request body over {self.server.config.max_body_bytes} bytes")
-        raw = self.rfile.read(n)
+            raise RequestError(413, f"request body over {cfg.max_body_bytes} bytes (Content-Length {n})")
+        try: raw = self.rfile.read(n)
+        except TimeoutError:   # fewer bytes than Content-Length, and the client waits: do not wait with it
+            self.close_connection = True
+            raise RequestError(408, f"the request body did not arrive: Content-Length is {n} bytes, and they did not "
+                                    f"all come within {cfg.read_timeout_s:g} s") from None
+        if len(raw) < n: raise RequestError(400, f"the request body ended after {len(raw)} of its Content-Length {n} bytes")
+        return raw
+
+    def _body(self) -> Any:
+        raw = self._raw_body()
+        ctype = self.headers.get("Content-Type")
+        if ctype is not None and ctype.split(";", 1)[0].strip().lower() != "application/json":
+            raise RequestError(415, f"the request body must be JSON sent with Content-Type: application/json, not {ctype!r}")
         try: return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise RequestError(400, f"the request body is not valid JSON: {e}") from None
+        except (ValueError, RecursionError) as e:   # bad JSON, bad UTF-8, an integer of 4,300+ digits, nesting too deep
+            raise RequestError(400, f"the request body is not valid JSON: {type(e).__name__}: {str(e)[:200]}") from None
 
     def do_POST(self):
         path = self.path.split("?", 1)[0].rstrip("/")
@@ -185,11 +225,15 @@ class _Handler(BaseHTTPRequestHandler):
 class CompletionServer(ThreadingHTTPServer):
     "An OpenAI-compatible HTTP server over one HFBackend; generation is serialised by a lock."
     daemon_threads = True
+    request_queue_size = 128   # listen backlog: many clients connecting at once are queued, not left to retry their SYN
 
     def __init__(self, backend: HFBackend, host: str = "127.0.0.1", port: int = 0, model_id: str = "local-model",
                  config: ServeConfig | None = None, verbose: bool = False):
         super().__init__((host, port), _Handler)
-        self.backend, self.model_id, self.config, self.verbose = backend, model_id, config or ServeConfig(), verbose
+        config = config or ServeConfig()
+        if config.max_context is None:
+            config = replace(config, max_context=getattr(backend.model.config, "max_position_embeddings", None))
+        self.backend, self.model_id, self.config, self.verbose = backend, model_id, config, verbose
         self.chat_backend = copy.copy(backend); self.chat_backend.chat = True
         self.lock, self.created, self.thread = threading.Lock(), int(time.time()), None
 
@@ -205,8 +249,17 @@ class CompletionServer(ThreadingHTTPServer):
             raise RequestError(400, "the served model's tokenizer has no chat template; use /v1/completions", "messages")
         prompts = [p for p in req.prompts for _ in range(req.n)]
         backend = self.chat_backend if req.chat else self.backend
-        with self.lock:
-            return backend.generate(prompts, stop=req.stop, max_new_tokens=req.max_tokens, temperature=req.temperature,
+        with self.lock:   # the tokenizer too is used by one thread at a time
+            max_tokens, ctx = req.max_tokens, self.config.max_context
+            if ctx is not None:   # count the prompt's tokens as HFBackend.generate will see them
+                longest = max(len(backend.tokenizer(backend.render(p), add_special_tokens=not req.chat)["input_ids"])
+                              for p in req.prompts)
+                if longest > ctx - min(max_tokens, 1):
+                    what = "messages" if req.chat else "prompt"
+                    raise RequestError(400, f"the {what} {'are' if req.chat else 'is'} {longest} tokens; the model's context "
+                                            f"is {ctx} tokens", what, "context_length_exceeded")
+                max_tokens = min(max_tokens, ctx - longest)
+            return backend.generate(prompts, stop=req.stop, max_new_tokens=max_tokens, temperature=req.temperature,
                                     seed=req.seed)
 
     def start(self) -> "CompletionServer":
@@ -241,10 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default=None, help="e.g. bfloat16")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--max-tokens-cap", type=int, default=ServeConfig.max_tokens_cap)
+    ap.add_argument("--max-context", type=int, default=None, help="prompt + completion tokens (default: the model's)")
     ap.add_argument("--quiet", action="store_true", help="no request log")
     a = ap.parse_args(argv)
     server = serve(a.model, a.host, a.port, model_id=a.model_id, device=a.device, dtype=a.dtype, batch_size=a.batch_size,
-                   config=ServeConfig(max_tokens_cap=a.max_tokens_cap), verbose=not a.quiet)
+                   config=ServeConfig(max_tokens_cap=a.max_tokens_cap, max_context=a.max_context), verbose=not a.quiet)
     print(f"serving {server.model_id!r} at {server.url}", flush=True)
     try:
         while server.thread.is_alive(): server.thread.join(0.5)
