@@ -4,7 +4,8 @@
 
 # %% ../nbs/02_tools.ipynb #6e783aec
 from __future__ import annotations
-import copy, difflib, functools, hashlib, json, math, os, re, selectors, shutil, signal, subprocess, sys, tempfile, threading, time, warnings
+import copy, difflib, errno, functools, hashlib, json, math, os, platform, re, select, selectors, shutil, signal, struct, subprocess, sys, tempfile
+import threading, time, warnings
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +19,10 @@ from .format import TOOL_TAGS, ToolCall, find_tool_call, format_observation
 
 # %% auto #0
 __all__ = ['STOPWORDS', 'TOKENIZER_VERSION', 'SEARCH_TOP_K', 'SANDBOX_UID', 'BWRAP_CANDIDATES', 'SYSTEM_DIRS', 'ETC_FILES',
-           'RECHECK_FAILED_S', 'MAX_CODE_CHARS', 'ALREADY_CALLED', 'NO_CORPUS', 'TOOL_LRU_SIZE', 'content_hash',
-           'Pages', 'as_pages', 'tokenize', 'SearchTool', 'CrawlTool', 'ExecResult', 'SandboxLimits', 'bootstrap_code',
-           'allowed_mounts', 'bwrap_command', 'SandboxInfo', 'sandbox_info', 'sandbox_available', 'run_python',
-           'ToolStats', 'normalise_argument', 'ToolBox']
+           'SECCOMP_DENY', 'RECHECK_FAILED_S', 'MAX_CODE_CHARS', 'ALREADY_CALLED', 'NO_CORPUS', 'TOOL_LRU_SIZE',
+           'content_hash', 'Pages', 'as_pages', 'tokenize', 'SearchTool', 'CrawlTool', 'ExecResult', 'SandboxLimits',
+           'bootstrap_code', 'allowed_mounts', 'seccomp_filter', 'bwrap_command', 'SandboxInfo', 'sandbox_info',
+           'sandbox_available', 'run_python', 'ToolStats', 'normalise_argument', 'ToolBox']
 
 # %% ../nbs/02_tools.ipynb #7260ba30
 def content_hash(titles: Sequence[str], texts: Sequence[str]) -> str:
@@ -331,14 +332,35 @@ def allowed_mounts(python: str) -> tuple[str, ...]:
     if not any(_is_under(prefix, d) for d in SYSTEM_DIRS): args += ["--ro-bind", prefix, prefix]
     return tuple(args)
 
-def bwrap_command(bwrap: str, python: str, lim: SandboxLimits, info_fd: int) -> list[str]:
-    "The bwrap command line of one sandboxed run."
+# Memory that RLIMIT_AS does not count: SysV IPC objects (they outlive their process in the sandbox's IPC namespace) and
+# memory files. Their system calls fail with ENOSYS inside the sandbox; so does every call of another ABI (i386, x32).
+SECCOMP_DENY = {   # platform.machine() -> (AUDIT_ARCH_*, {system call: number})
+    "x86_64": (0xC000003E, {"shmget": 29, "semget": 64, "msgget": 68, "memfd_create": 319, "memfd_secret": 447}),
+    "aarch64": (0xC00000B7, {"msgget": 186, "semget": 190, "shmget": 194, "memfd_create": 279, "memfd_secret": 447}),
+}
+
+@functools.lru_cache(maxsize=4)
+def seccomp_filter(machine: str | None = None) -> bytes | None:
+    "The classic-BPF program bwrap loads with `--seccomp` (None on an architecture without a table above)."
+    arch, nrs = SECCOMP_DENY.get(machine or platform.machine(), (None, {}))
+    if arch is None: return None
+    LD, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06     # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    ALLOW, DENY = 0x7FFF0000, 0x00050000 | errno.ENOSYS   # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | ENOSYS
+    ins = lambda code, k, jt=0, jf=0: struct.pack("=HBBI", code, jt, jf, k)
+    checks = ([(JGE, 0x40000000)] if arch == 0xC000003E else []) + [(JEQ, n) for n in sorted(nrs.values())]   # x32 calls first
+    prog = [ins(LD, 4), ins(JEQ, arch, 1, 0), ins(RET, DENY), ins(LD, 0)]          # seccomp_data.arch, then .nr
+    prog += [ins(op, k, len(checks) - i, 0) for i, (op, k) in enumerate(checks)]   # a match jumps to the final DENY
+    return b"".join(prog + [ins(RET, ALLOW), ins(RET, DENY)])
+
+def bwrap_command(bwrap: str, python: str, lim: SandboxLimits, info_fd: int, seccomp_fd: int | None = None) -> list[str]:
+    "The bwrap command line of one sandboxed run (`seccomp_fd`: a pipe holding `seccomp_filter()`)."
     size = str(lim.tmpfs_mb << 20)
     return [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
             "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox",
             *allowed_mounts(python), "--dev", "/dev", "--proc", "/proc",
             "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
             "--dir", "/tmp/work", "--remount-ro", "/", "--chdir", "/tmp/work", "--info-fd", str(info_fd),
+            *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
             "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp/work",
             "--setenv", "LANG", "C.UTF-8", "--setenv", "TMPDIR", "/tmp",
             python, "-I", "-S", "-B", "-u", "-c", bootstrap_code(lim)]
@@ -386,6 +408,48 @@ def _read_info(fd: int) -> dict:
     except BlockingIOError: return {}
     try: return json.loads(data.decode() or "{}")
     except (ValueError, UnicodeDecodeError): return {}
+
+def _wait_info(fd: int, deadline: float) -> dict:
+    "bwrap's info, waited for: bwrap writes it (in pieces) once the sandbox's init exists, before the program runs; {} if it fails first."
+    os.set_blocking(fd, False)
+    data = b""
+    while select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+        try: chunk = os.read(fd, 65536)
+        except BlockingIOError: continue
+        if not chunk: break
+        data += chunk
+        try: return json.loads(data.decode())
+        except (ValueError, UnicodeDecodeError): continue     # not all of it yet
+    return {}
+
+def _init_pidfd(info: dict, bwrap_pid: int) -> int | None:
+    "A pidfd on the sandbox's init, kept only if it surely is that process (bwrap's child, or the init of a pid namespace)."
+    pid = info.get("child-pid")
+    if not (isinstance(pid, int) and pid > 1): return None
+    try: fd = os.pidfd_open(pid)
+    except (AttributeError, OSError): return None
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        ppid = int(re.search(r"^PPid:\s*(\d+)", status, re.M)[1]); nspid = re.search(r"^NSpid:(.*)$", status, re.M)[1].split()
+    except (OSError, TypeError, ValueError): ppid, nspid = -1, []
+    if ppid == bwrap_pid or (len(nspid) > 1 and nspid[-1] == "1"): return fd
+    os.close(fd); return None
+
+def _end_init(pidfd: int | None, timeout: float = 5.0) -> None:
+    "SIGKILL the sandbox's init through its pidfd and wait until it has exited: the kernel has then killed its whole pid namespace."
+    if pidfd is None: return
+    try:
+        try: signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except OSError: pass                          # already gone
+        select.select([pidfd], [], [], timeout)       # readable once it has exited
+    finally: os.close(pidfd)
+
+def _seccomp_fd() -> int | None:
+    "The read end of a pipe holding `seccomp_filter()` for bwrap (None where there is no filter for this machine)."
+    prog = seccomp_filter()
+    if prog is None: return None
+    r, w = os.pipe(); os.write(w, prog); os.close(w)
+    return r
 
 def _kill_sandbox(proc: subprocess.Popen, info: dict) -> None:
     "SIGKILL the sandbox's init (the kernel then kills its whole pid namespace), then bwrap's group; reap bwrap."
@@ -435,26 +499,32 @@ def _run_sandboxed(code: str, lim: SandboxLimits, bwrap: str, python: str) -> Ex
     "One run of `code` inside bwrap; never raises for anything the code does."
     t0 = time.monotonic()
     info_r, info_w = os.pipe()
-    cmd, kw = bwrap_command(bwrap, python, lim, info_w), {}
+    sc_fd = _seccomp_fd()
+    cmd, kw = bwrap_command(bwrap, python, lim, info_w, sc_fd), {}
     if os.geteuid() == 0:            # drop root before bwrap; setpriv keeps Popen on the cheap vfork path (user= forks)
         setpriv = shutil.which("setpriv", path="/usr/bin:/bin")
         if setpriv: cmd = [setpriv, f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--", *cmd]
         else: kw = dict(user=SANDBOX_UID, group=SANDBOX_UID, extra_groups=[])
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={}, cwd="/",
-                                pass_fds=(info_w,), start_new_session=True, **kw)
+                                pass_fds=(info_w,) if sc_fd is None else (info_w, sc_fd), start_new_session=True, **kw)
     except OSError as e:
-        os.close(info_r); os.close(info_w)
+        for fd in (info_r, info_w, sc_fd):
+            if fd is not None: os.close(fd)
         return ExecResult(False, "", "", f"SandboxError: could not start bwrap: {e}", seconds=time.monotonic() - t0)
     os.close(info_w)
+    if sc_fd is not None: os.close(sc_fd)
+    info, init = {}, None
     try:
+        info = _wait_info(info_r, t0 + lim.timeout_s)
+        init = _init_pidfd(info, proc.pid)
         out, err, why = _communicate(proc, code.encode("utf-8", errors="replace"), t0 + lim.timeout_s, lim)
-        info = _read_info(info_r)
-        if why: _kill_sandbox(proc, info)
+        if why: _kill_sandbox(proc, info or _read_info(info_r))   # (a bwrap slower than the deadline names its init late)
         rc = proc.wait()
     except BaseException:                       # KeyboardInterrupt in the caller: never leave the sandbox behind
-        _kill_sandbox(proc, _read_info(info_r)); raise
+        _kill_sandbox(proc, info or _read_info(info_r)); raise
     finally:
+        _end_init(init)                         # bwrap returns when the program exits, its init (and any daemon) dies just after
         for f in (proc.stdin, proc.stdout, proc.stderr):
             if f and not f.closed: f.close()
         os.close(info_r)

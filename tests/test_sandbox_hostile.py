@@ -1,5 +1,5 @@
 "Hostile code against coa_lib.tools.run_python: each program must be contained, with a clear error, and leave the host as it was."
-import json, os, socket, subprocess, sys, textwrap, threading, time, uuid
+import dataclasses, json, os, socket, subprocess, sys, textwrap, threading, time, uuid
 from pathlib import Path
 
 import pytest
@@ -37,25 +37,47 @@ def procs_with(marker: str) -> list[tuple[int, str]]:
 
 
 def sandbox_uid_tmp_entries() -> set[str]:
-    "Host /tmp entries owned by the sandbox uid (a sandbox must never create any)."
+    "Host /tmp and /dev/shm entries owned by the sandbox uid (a sandbox must never create any)."
     out = set()
-    for p in Path("/tmp").iterdir():
-        try:
-            if p.lstat().st_uid == SANDBOX_UID: out.add(p.name)
-        except OSError:
-            pass
+    for d in ("/tmp", "/dev/shm"):
+        if not os.path.isdir(d): continue
+        for p in Path(d).iterdir():
+            try:
+                if p.lstat().st_uid == SANDBOX_UID: out.add(str(p))
+            except OSError:
+                pass
     return out
+
+
+def _cmdline(pid: int) -> str:
+    try: return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError: return "?"
+
+
+def procs_in_ns(ns: str) -> list[int]:
+    "Live host processes in the pid namespace `ns` ('pid:[4026532...]': namespace inodes read the same inside and outside)."
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit(): continue
+        try:
+            if os.readlink(f"/proc/{pid}/ns/pid") == ns and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
 
 
 @pytest.fixture(autouse=True)
 def host_unchanged(marker):
-    "Around every test: no process or file with the marker survives, no host /tmp entry appears for the sandbox uid."
+    "Around every test: no process or file with the marker survives, no host /tmp entry appears for the sandbox uid, the next call works."
     before = sandbox_uid_tmp_entries()
     yield
     assert procs_with(marker) == [], "sandboxed processes outlived run_python"
-    assert sandbox_uid_tmp_entries() <= before, "the sandbox created files in the host /tmp"
-    for d in ("/tmp", "/etc", "/root", "/var/tmp", str(REPO), str(REPO.parent), "/"):
-        assert not any(marker in p.name for p in Path(d).iterdir()), f"a file with the marker appeared in {d}"
+    assert sandbox_uid_tmp_entries() <= before, "the sandbox created files in the host /tmp or /dev/shm"
+    for d in ("/tmp", "/dev/shm", "/etc", "/root", "/var/tmp", str(REPO), str(REPO.parent), "/"):
+        if os.path.isdir(d): assert not any(marker in p.name for p in Path(d).iterdir()), f"a file with the marker appeared in {d}"
+    r = run_python("print(6 * 7)")                      # the hostile program broke nothing for the calls after it
+    assert r.ok and r.stdout == "42\n", r
 
 
 def run(code: str, **kw):
@@ -64,6 +86,18 @@ def run(code: str, **kw):
     dt = time.monotonic() - t0
     assert dt < kw.get("timeout_s", 5.0) + SLACK_S, f"run_python took {dt:.1f} s"
     return r
+
+
+_NS_LINE = "import os as _os; print('NS', _os.readlink('/proc/self/ns/pid'), flush=True); del _os\n"
+
+def run_tracked(code: str, **kw):
+    "`run`, the program first printing its pid namespace: when run_python returns, no process may be left in it. Its stdout without that line."
+    r = run(_NS_LINE + textwrap.dedent(code), **kw)
+    first, _, rest = r.stdout.partition("\n")
+    assert first.startswith("NS pid:["), r.stdout[:300]
+    left = procs_in_ns(first[3:])
+    assert left == [], f"processes of the sandbox outlived run_python: {[(p, _cmdline(p)) for p in left]}"
+    return dataclasses.replace(r, stdout=rest)
 
 
 # ---------------------------------------------------------------- time, processes, memory
@@ -378,3 +412,492 @@ def test_stdin_is_closed_and_bad_source_is_an_error():
 def test_nested_user_namespaces_are_disabled():
     r = run("import subprocess\nprint(subprocess.run(['unshare', '-U', 'true'], capture_output=True, text=True).returncode)")
     assert r.ok and r.stdout.strip() != "0"
+
+
+# ================================================================ the growing suite (issue 16): one hostile program per case
+# Each case is a program a model could write. It must be contained (a clear error, or a harmless result) and, checked by
+# `host_unchanged` after every test, leave nothing behind on the host; `run_tracked` also checks that no process is left
+# in the sandbox's own pid namespace.
+
+SANDBOX_ENV = {"PATH", "HOME", "LANG", "TMPDIR", "PWD"}
+
+
+# ---------------------------------------------------------------- reading secrets
+
+@pytest.mark.parametrize("path", ["'/proc/self/environ'", "f'/proc/{os.getppid()}/environ'", "'/proc/1/environ'", "HOST_PID"],
+                         ids=["self", "parent", "init", "host_test_pid"])
+def test_environ_files_hold_no_host_secret(path, monkeypatch):
+    secret = f"s3cr3t-{uuid.uuid4().hex}"
+    monkeypatch.setenv("COA_TEST_SECRET_TOKEN", secret)
+    path = path.replace("HOST_PID", f"'/proc/{os.getpid()}/environ'")      # the test process's own pid, as the host numbers it
+    r = run("""
+        import json, os
+        try:
+            env = open(PATH, 'rb').read()
+            print(env.decode(errors='replace')); print(json.dumps([kv.split(b'=')[0].decode() for kv in env.split(b'\\0') if kv]))
+        except OSError as e: print('denied', type(e).__name__)
+        """.replace("PATH", path))
+    assert r.ok and secret not in r.stdout and "COA_TEST" not in r.stdout, r.stdout
+    last = r.stdout.splitlines()[-1]
+    assert last.startswith("denied") or set(json.loads(last)) <= SANDBOX_ENV, r.stdout
+
+
+@pytest.mark.parametrize("owner", [0, 1000, SANDBOX_UID])
+def test_other_users_files_are_unreachable(owner, marker):
+    if os.geteuid() != 0: pytest.skip("planting files of other users needs root")
+    secret = f"secret-{uuid.uuid4().hex}"
+    f = REPO / f"{marker}.txt"
+    f.write_text(secret); os.chown(f, owner, owner); f.chmod(0o644 if owner == SANDBOX_UID else 0o600)
+    try:
+        r = run(f"""
+            import os
+            for p in ('{f}', '/proc/1/root{f}', '/proc/self/root{f}', '/proc/2/root{f}', '../../..{f}', '/proc/self/cwd/../..{f}'):
+                try: print('READ', open(p).read())
+                except OSError as e: print('denied', type(e).__name__)
+            """)
+        assert r.ok and secret not in r.stdout and "READ" not in r.stdout and r.stdout.count("denied") == 6, r.stdout
+    finally:
+        f.unlink()
+
+
+# ---------------------------------------------------------------- writing: /dev/shm, file sizes
+
+def test_dev_shm_is_private_and_gone_afterwards(marker):
+    host = Path("/dev/shm", f"{marker}-host")
+    host.write_text("host shared memory"); host.chmod(0o666)
+    try:
+        r = run(f"""
+            import os
+            print(sorted(os.listdir('/dev/shm')))
+            open('/dev/shm/{marker}', 'w').write('from the sandbox')
+            open('/dev/shm/{marker}-host', 'w').write('overwritten')
+            print(sorted(os.listdir('/dev/shm')))
+            """)
+        assert r.ok and r.stdout == f"[]\n['{marker}', '{marker}-host']\n", r.observation()   # writable, but its own
+        assert host.read_text() == "host shared memory" and not Path("/dev/shm", marker).exists()
+        r = run("import os\nprint(os.listdir('/dev/shm'))")
+        assert r.ok and r.stdout == "[]\n"                                     # the next sandbox starts with an empty one
+    finally:
+        host.unlink()
+
+
+def test_filling_dev_shm_stops_at_its_size():
+    r = run("for i in range(100):\n    open(f'/dev/shm/f{i}', 'wb').write(b'x' * (8 << 20))")
+    assert not r.ok and "No space left on device" in r.error, r.error
+
+
+@pytest.mark.parametrize("grow", ["os.truncate(os.open('sparse.bin', os.O_CREAT | os.O_WRONLY), 1 << 34)",
+                                  "os.posix_fallocate(os.open('f.bin', os.O_CREAT | os.O_WRONLY), 0, 1 << 30)",
+                                  "open('/dev/shm/big.bin', 'wb').write(b'x' * (32 << 20))"], ids=["sparse", "fallocate", "shm"])
+def test_file_size_limit_holds_for_sparse_preallocated_and_shm_files(grow):
+    r = run(f"import os\n{grow}")
+    assert not r.ok and "File too large" in r.error, r.error
+
+
+@pytest.mark.parametrize("fill", ["for i in range(100):\n    open(f'/tmp/f{i}', 'wb').write(b'x' * (8 << 20))",
+                                  "import itertools\nfor i in itertools.count():\n    open(f'/tmp/e{i}', 'w').close()"], ids=["bytes", "inodes"])
+def test_a_filled_tmp_is_gone_for_the_next_call(fill):
+    r = run(fill, timeout_s=1.0)
+    assert not r.ok and ("No space left on device" in r.error or r.timed_out), r.error
+    r = run("import os\nst = os.statvfs('/tmp')\nprint(sorted(os.listdir('/tmp')), os.listdir('.'), st.f_bavail * st.f_frsize >> 20)")
+    listing, free_mb = r.stdout.rsplit(" ", 1)
+    assert r.ok and listing == "['work'] ['main.py']" and int(free_mb) >= 60, r.stdout     # a fresh, empty /tmp
+
+
+# ---------------------------------------------------------------- unix sockets and the network
+
+def test_unix_sockets_inside_work_and_stay_inside(marker):
+    r = run(f"""
+        import socket
+        for addr in ('/tmp/{marker}.sock', '\\0{marker}'):
+            s = socket.socket(socket.AF_UNIX); s.bind(addr); s.listen(1)
+            c = socket.socket(socket.AF_UNIX); c.connect(addr); c.sendall(b'ping')
+            print(s.accept()[0].recv(4).decode())
+        """)
+    assert r.ok and r.stdout == "ping\nping\n", r.observation()
+    probe = socket.socket(socket.AF_UNIX)                    # its socket file stayed in its /tmp (host_unchanged), its name in its netns
+    with pytest.raises(OSError): probe.connect(f"\0{marker}")
+    probe.close()
+
+
+@pytest.mark.parametrize("kind", ["path", "abstract"])
+def test_unix_socket_to_a_host_server_fails(kind, marker):
+    addr = f"/tmp/{marker}.sock" if kind == "path" else f"\0{marker}"
+    srv = socket.socket(socket.AF_UNIX); srv.bind(addr); srv.listen(1); srv.settimeout(0.2)
+    if kind == "path": os.chmod(addr, 0o777)
+    try:
+        r = run(f"""
+            import socket
+            s = socket.socket(socket.AF_UNIX); s.settimeout(1)
+            s.connect({addr!r}); s.sendall(b'hello host'); print('connected')
+            """)
+        assert not r.ok and "connected" not in r.stdout, r.observation()
+        assert "FileNotFoundError" in r.error or "ConnectionRefusedError" in r.error, r.error
+        with pytest.raises(socket.timeout): srv.accept()          # the host server saw no connection
+    finally:
+        srv.close()
+        if kind == "path": os.unlink(addr)
+
+
+def _host_ip() -> str:
+    "This machine's address on its outside interface (no packet is sent)."
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1)); return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+@pytest.mark.parametrize("bind, dial", [("::1", "::1"), ("0.0.0.0", "HOST_IP"), ("0.0.0.0", "0.0.0.0"), ("127.0.0.1", "localhost")])
+def test_tcp_to_a_host_server_fails(bind, dial):
+    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    srv = socket.socket(family)
+    try: srv.bind((bind, 0))
+    except OSError: srv.close(); pytest.skip(f"this host cannot listen on {bind}")
+    srv.listen(1); srv.settimeout(0.2)
+    port, dial = srv.getsockname()[1], dial.replace("HOST_IP", _host_ip())
+    try:
+        r = run(f"import socket\ns = socket.create_connection(({dial!r}, {port}), timeout=1)\ns.sendall(b'hi')\nprint('connected')")
+        assert not r.ok and "connected" not in r.stdout, r.observation()
+        with pytest.raises(socket.timeout): srv.accept()          # the host server saw no connection
+    finally:
+        srv.close()
+
+
+def test_udp_to_a_host_server_is_lost():
+    srv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); srv.bind(("0.0.0.0", 0)); srv.settimeout(0.3)
+    port = srv.getsockname()[1]
+    try:
+        r = run(f"""
+            import socket
+            u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            for host in ('127.0.0.1', {_host_ip()!r}, '255.255.255.255'):
+                try: u.sendto(b'leak', (host, {port})); print('sent', host)
+                except OSError as e: print('failed', host, e.errno)
+            """)
+        assert r.ok and "sent 127.0.0.1" in r.stdout, r.observation()     # the sandbox's own loopback accepts it
+        with pytest.raises(socket.timeout): srv.recvfrom(100)                # ... and nothing reaches the host
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize("kind", ["tcp", "abstract"])
+def test_a_sandbox_listener_is_unreachable_from_the_host(kind, marker):
+    if kind == "tcp":
+        with socket.socket() as s: s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+        family, addr = socket.AF_INET, ("127.0.0.1", port)
+    else:
+        family, addr = socket.AF_UNIX, f"\0{marker}"
+    res, reached = [], []
+    code = f"""
+        import socket
+        s = socket.socket({int(family)}); s.bind({addr!r}); s.listen(8); s.settimeout(1.0)
+        print('listening', flush=True)
+        try: s.accept(); print('CONNECTED')
+        except socket.timeout: print('no connection')
+        """
+    t = threading.Thread(target=lambda: res.append(run(code, timeout_s=3.0))); t.start()
+    while t.is_alive():                                  # dial it from the host all the time the sandbox listens
+        c = socket.socket(family); c.settimeout(0.2)
+        try: c.connect(addr); reached.append(addr)
+        except OSError: pass
+        finally: c.close()
+        time.sleep(0.05)
+    t.join()
+    assert res[0].ok and res[0].stdout == "listening\nno connection\n" and reached == [], (res[0].observation(), reached)
+
+
+def _dns_query(name: str) -> bytes:
+    return b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\x00\x00\x01\x00\x01"
+
+
+def _host_nameservers() -> list[str]:
+    try: return [l.split()[1] for l in Path("/etc/resolv.conf").read_text().splitlines() if l.startswith("nameserver")][:2]
+    except (OSError, IndexError): return []
+
+
+@pytest.mark.parametrize("lookup", [
+    "import socket\nprint(socket.gethostbyname('pypi.org'))",
+    "import socket\nprint(socket.getaddrinfo('github.com', 443, proto=socket.IPPROTO_TCP))",
+    "import subprocess\nr = subprocess.run(['getent', 'ahosts', 'pypi.org'], capture_output=True, text=True)\nprint(r.stdout)\nraise SystemExit(r.returncode)",
+    "RAW_UDP"], ids=["gethostbyname", "getaddrinfo", "getent", "raw_udp"])
+def test_dns_lookups_fail(lookup):
+    if lookup == "RAW_UDP":                              # a hand-made query to public resolvers and to the host's own
+        lookup = textwrap.dedent(f"""
+            import socket
+            answers = 0
+            for ns in {["8.8.8.8", "1.1.1.1", "127.0.0.53", *_host_nameservers()]!r}:
+                u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(0.2)
+                try: u.sendto({_dns_query("pypi.org")!r}, (ns, 53)); u.recvfrom(512); answers += 1; print('ANSWER from', ns)
+                except OSError as e: print(ns, type(e).__name__)
+            raise SystemExit(answers == 0)
+            """)
+    r = run(lookup)
+    assert not r.ok and "ANSWER" not in r.stdout, r.observation()
+    assert "gaierror" in r.error or "exit code" in r.error, r.error
+
+
+# ---------------------------------------------------------------- signalling out
+
+@pytest.fixture
+def sentinel(marker):
+    "A host process with the sandbox's uid (when we are root): what a signal that escaped the sandbox would hit first."
+    kw = dict(user=SANDBOX_UID, group=SANDBOX_UID, extra_groups=[]) if os.geteuid() == 0 else {}
+    p = subprocess.Popen([sandbox_info().python, "-c", "import time; time.sleep(120)", f"{marker}-sentinel"], start_new_session=True,
+                         stdin=subprocess.DEVNULL, **kw)
+    time.sleep(0.05)
+    yield p
+    p.kill(); p.wait()
+
+
+SIGNAL_PROGRAMS = {   # name -> (program, what the program itself sees)
+    "kill_parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('alive')", "alive"),   # its init ignores it
+    "kill_all": ("import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('alive')", "ProcessLookupError"),     # no one else to kill
+    "kill_all_shell": ("import os\nos.system('kill -9 -1; kill -STOP -1')\nprint('alive')", "SIGKILL"),      # the shell kills python
+    "killpg_own": ("import os, signal\nos.killpg(0, signal.SIGKILL)", "SIGKILL"),
+    "killpg_parent": ("import os, signal\nos.killpg(os.getpgid(os.getppid()), signal.SIGKILL)\nprint('alive')", "ProcessLookupError"),
+    "host_pids": ("import os, signal\nfor pid in (TEST_PID, SENTINEL_PID):\n    try: os.kill(pid, signal.SIGKILL); print('sent', pid)\n"
+                  "    except OSError as e: print('denied', pid, e.errno)\nprint('alive')", "alive"),   # those pids do not exist in there
+    "every_pid": ("import os, signal\nme = os.getpid()\nfor pid in range(2, 1 << 16):\n    if pid != me:\n"
+                  "        try: os.kill(pid, signal.SIGKILL)\n        except OSError: pass\nprint('alive')", "alive"),
+    "stop_parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nprint('alive')", "alive"),      # ignored too
+    "ptrace_parent": ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint(libc.ptrace(16, 1, None, None), ctypes.get_errno())",
+                      "timeout"),                                     # it can freeze its own init: a hang, which the clock ends
+}
+
+
+@pytest.mark.parametrize("name", list(SIGNAL_PROGRAMS))
+def test_signals_from_the_sandbox_reach_no_host_process(name, sentinel):
+    code, expect = SIGNAL_PROGRAMS[name]
+    r = run_tracked(code.replace("TEST_PID", str(os.getpid())).replace("SENTINEL_PID", str(sentinel.pid)), timeout_s=1.0)
+    time.sleep(0.05)
+    assert sentinel.poll() is None, "a host process was killed from the sandbox"
+    assert Path(f"/proc/{sentinel.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "SR", "a host process was stopped"
+    if expect == "alive": assert r.ok and r.stdout.endswith("alive\n") and "sent" not in r.stdout, r
+    elif expect == "timeout": assert r.timed_out, r
+    else: assert not r.ok and not r.timed_out and expect in r.error, r
+
+
+# ---------------------------------------------------------------- identity and privileges
+
+@pytest.mark.parametrize("call", ["os.setgid(0)", "os.seteuid(0)", "os.setresuid(0, 0, 0)", "os.setresgid(0, 0, 0)", "os.setgroups([0])"])
+def test_identity_changes_fail(call):
+    r = run(f"""
+        import os
+        try: {call}; print('ALLOWED')
+        except OSError as e: print('denied', e.errno)
+        print(os.getresuid(), os.getresgid(), os.getgroups())
+        """)
+    assert r.ok and r.stdout.startswith("denied") and r.stdout.endswith(f"({SANDBOX_UID}, {SANDBOX_UID}, {SANDBOX_UID}) " * 2 + "[]\n"), r.stdout
+
+
+@pytest.mark.parametrize("argv", [["su", "-c", "id", "root"], ["mount", "-t", "tmpfs", "none", "/tmp/work"], ["unshare", "-r", "id"]],
+                         ids=["su", "mount", "unshare"])
+def test_setuid_programs_give_no_privilege(argv):
+    r = run(f"import subprocess\nr = subprocess.run({argv!r}, capture_output=True, text=True)\nprint(r.returncode, r.stdout)")
+    assert r.ok and not r.stdout.startswith("0 ") and "uid=0" not in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("name", ["RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_CORE"])
+def test_rlimits_cannot_be_raised_from_inside(name):
+    r = run(f"""
+        import resource as R
+        before = R.getrlimit(R.{name})
+        for new in ((R.RLIM_INFINITY, R.RLIM_INFINITY), (before[1] + 1, before[1] + 1), (before[1], R.RLIM_INFINITY)):
+            try: R.setrlimit(R.{name}, new); print('RAISED', new)
+            except ValueError as e: print('denied:', e)
+        print(R.getrlimit(R.{name}) == before, before[1] != R.RLIM_INFINITY)
+        """)
+    assert r.ok and "RAISED" not in r.stdout and r.stdout.endswith("True True\n"), r.stdout
+
+
+def test_rlimits_cannot_be_raised_by_a_shell():
+    r = run("import subprocess\nsubprocess.run(['bash', '-c', 'ulimit -u unlimited && echo RAISED; prlimit --pid $$ --nofile=4096:4096 && echo RAISED; ulimit -Hu'])")
+    assert r.ok and "RAISED" not in r.stdout and r.stdout.strip().splitlines()[-1] == "16", r.stdout
+
+
+# ---------------------------------------------------------------- ctypes: libc and raw system calls
+
+CTYPES_CALLS = {       # call -> errnos it may fail with (it must fail)
+    "setrlimit_nproc": ("libc.setrlimit(R.RLIMIT_NPROC, ctypes.byref((ctypes.c_ulong * 2)(1 << 20, 1 << 20)))", {1}),
+    "syscall_setuid": ("libc.syscall({'x86_64': 105, 'aarch64': 146}[platform.machine()], 0)", {1, 22}),
+    "unshare_user": ("libc.unshare(0x10000000)", {1, 22, 28}),                 # CLONE_NEWUSER: --disable-userns
+    "mount": ("libc.mount(b'none', b'/tmp/work', b'tmpfs', 0, None)", {1}),
+    "chroot": ("libc.chroot(b'/tmp')", {1}),
+    "sethostname": ("libc.sethostname(b'pwned', 5)", {1}),
+    # the kernel objects RLIMIT_AS does not count are switched off (seccomp), also through another ABI's numbers (x32)
+    "shmget": ("libc.shmget(0, 1 << 20, 0o1600)", {38}),
+    "msgget": ("libc.msgget(0, 0o1600)", {38}),
+    "semget": ("libc.semget(0, 1, 0o1600)", {38}),
+    "memfd_create": ("libc.syscall({'x86_64': 319, 'aarch64': 279}[platform.machine()], b'x', 0)", {38}),
+    "x32_shmget": ("libc.syscall({'x86_64': 0x40000000 | 29, 'aarch64': 194}[platform.machine()], 0, 1 << 20, 0o1600)", {38}),
+}
+
+
+@pytest.mark.parametrize("name", list(CTYPES_CALLS))
+def test_ctypes_libc_calls_fail(name):
+    call, errnos = CTYPES_CALLS[name]
+    r = run(f"""
+        import ctypes, platform, resource as R, socket
+        libc = ctypes.CDLL(None, use_errno=True)
+        before = R.getrlimit(R.RLIMIT_NPROC)
+        print({call}, ctypes.get_errno(), R.getrlimit(R.RLIMIT_NPROC) == before, socket.gethostname())
+        """)
+    ret, err, same, host = r.stdout.split()
+    assert r.ok and ret == "-1" and int(err) in errnos and same == "True" and host == "sandbox", r.stdout
+
+
+I386_SHMGET = """
+import ctypes, mmap
+m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+m.write(bytes([0x53, 0xb8]) + (395).to_bytes(4, 'little') + bytes([0x31, 0xdb, 0xb9]) + (1 << 20).to_bytes(4, 'little')
+        + bytes([0xba]) + (0o1600).to_bytes(4, 'little') + bytes([0xcd, 0x80, 0x5b, 0xc3]))
+# push rbx; mov eax, 395 (i386 shmget); xor ebx, ebx; mov ecx, 1 MB; mov edx, 0o1600; int 0x80; pop rbx; ret
+print(ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))())
+"""
+
+
+def test_the_32_bit_abi_cannot_sidestep_the_filter():
+    if os.uname().machine != "x86_64": pytest.skip("int 0x80 is x86-64's door to the i386 system calls")
+    r = run(I386_SHMGET)
+    # -38 (ENOSYS) from the filter, or a crash where the kernel has no i386 emulation; a segment id (>= 0) is an escape
+    assert (r.ok and r.stdout == "-38\n") or (not r.ok and "SIGSEGV" in r.error), r.observation()
+
+
+# ---------------------------------------------------------------- process and thread bombs
+
+@pytest.mark.parametrize("bomb", [
+    "import multiprocessing as mp, time\nwhile True:\n    mp.Process(target=time.sleep, args=(30,)).start()",   # then joins them
+    "import multiprocessing as mp\nwith mp.Pool(200) as pool:\n    print(pool.map(abs, range(10)))",
+    "import subprocess, time\nsubprocess.Popen(['bash', '-c', ':(){ :|:& };:'])\ntime.sleep(30)",
+    "import subprocess, time\nsubprocess.Popen(['sh', '-c', 'b(){ b|b& }; b'])\ntime.sleep(30)",
+    "import os\nos.system(\"bash -c ':(){ :|:& };:' &\")\nprint('left it running')"],
+    ids=["multiprocessing_processes", "multiprocessing_pool", "bash_classic", "sh_named", "bash_detached"])
+def test_fork_bombs_are_contained(bomb):
+    r = run_tracked(bomb, timeout_s=1.0)
+    if "left it running" in bomb:                        # the program exits at once: its bomb dies with the sandbox
+        assert r.ok and r.stdout == "left it running\n" and r.seconds < 1.0, r
+    elif "multiprocessing" in bomb:                      # the process limit stops it
+        assert not r.ok and "BlockingIOError: [Errno 11] Resource temporarily unavailable" in r.stderr, r
+    else:                                                # the shell keeps retrying its forks: the clock stops it
+        assert r.timed_out, r
+
+
+@pytest.mark.parametrize("spin", [
+    "import threading\ndef spin():\n    while True: pass\nfor _ in range(8): threading.Thread(target=spin, daemon=True).start()\nspin()",
+    "import threading\ndef spin():\n    while True: pass\nfor _ in range(8): threading.Thread(target=spin).start()\nprint('main done')"],
+    ids=["daemon_threads", "threads_outliving_main"])
+def test_spinning_threads_are_stopped(spin):
+    r = run_tracked(spin, timeout_s=1.0)
+    assert not r.ok and (r.timed_out or "SIGXCPU" in r.error), r
+
+
+# ---------------------------------------------------------------- memory
+
+@pytest.mark.parametrize("hog", [
+    "import numpy\nnumpy.ones(10 ** 10)",
+    "import mmap\nm = mmap.mmap(-1, 8 << 30)",
+    "s = 'x' * 10 ** 10",
+    "import time\nheld = []\nwhile True:\n    held.append(bytearray(1 << 20)); time.sleep(0.002)",      # slow growth
+    "import os\nheld = []\nwhile True:\n    held.append(os.urandom(1 << 20))"],
+    ids=["numpy_huge", "mmap_8gb", "string_10gb", "slow_growth", "bytes_growth"])
+def test_memory_hogs_hit_the_limit(hog):
+    r = run(hog, memory_mb=128, timeout_s=3.0)
+    assert not r.ok and not r.timed_out and ("MemoryError" in r.error or "Cannot allocate memory" in r.error), r.error
+
+
+SHM_HOG = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype, libc.shmat.argtypes = ctypes.c_void_p, [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+libc.shmdt.argtypes = [ctypes.c_void_p]
+held = 0
+for i in range(4):                                     # 4 x 64 MB, each touched, then detached: kept by the kernel
+    sid = libc.shmget(0, 64 << 20, 0o1600)
+    if sid < 0: raise OSError(ctypes.get_errno(), 'shmget failed')
+    p = libc.shmat(sid, None, 0)
+    if p in (None, 2 ** 64 - 1): raise OSError(ctypes.get_errno(), 'shmat failed')
+    ctypes.memset(p, 1, 64 << 20); libc.shmdt(p); held += 64
+print('held', held, 'MB')
+"""
+
+MEMFD_HOG = """
+import os
+held = []
+for i in range(12):                                    # 12 x 16 MB in memory files, none of it mapped
+    fd = os.memfd_create(f'hog{i}'); os.write(fd, b'x' * (16 << 20)); held.append(fd)
+print('held', 16 * len(held), 'MB')
+"""
+
+
+@pytest.mark.parametrize("hog", [SHM_HOG, MEMFD_HOG], ids=["sysv_shm", "memfd"])
+def test_memory_outside_the_address_space_is_bounded(hog):
+    # memory that RLIMIT_AS does not count (SysV segments, memory files) must not let a sandbox hold more than its limit
+    r = run_tracked(hog, memory_mb=128, timeout_s=3.0)
+    assert not r.ok and "held" not in r.stdout, r.observation()
+
+
+# ---------------------------------------------------------------- output
+
+@pytest.mark.parametrize("flood", [
+    "import sys\nsys.stdout.write('x' * 10_000_000)",
+    "import sys\nsys.stderr.write('e' * 10_000_000)",
+    "import os\nos.write(1, b'x' * 10_000_000)",
+    "import os\nos.system('yes xxxxxxxxx | head -c 10000000')",
+    "import os\nfor _ in range(4):\n    if os.fork() == 0: break\nfor _ in range(2_500): print('z' * 1000)"],     # 5 processes, 2.5 MB each
+    ids=["stdout", "stderr", "os_write", "shell_child", "five_processes"])
+def test_ten_megabytes_of_output_are_cut(flood):
+    r = run_tracked(flood, timeout_s=3.0)
+    assert not r.ok and r.error.startswith("OutputLimitError"), r.error
+    assert len(r.stdout) < 10_000 and len(r.stderr) < 10_000 and r.seconds < 3.0
+
+
+# ---------------------------------------------------------------- programs that ignore signals
+
+@pytest.mark.parametrize("stubborn", [
+    "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)",
+    "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nsignal.setitimer(signal.ITIMER_REAL, 0.1, 0.1)\ntime.sleep(60)",
+    "import signal, time\nfor s in signal.valid_signals():\n    try: signal.signal(s, signal.SIG_IGN)\n    except (OSError, ValueError): pass\ntime.sleep(60)",
+    "import subprocess\nsubprocess.run(['sh', '-c', \"trap '' TERM INT HUP ALRM QUIT USR1; sleep 60 & wait\"])",
+    "import os, signal, time\nif os.fork() == 0:\n    os.setsid()\n    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT): signal.signal(s, signal.SIG_IGN)\n    time.sleep(60)\nos.wait()"],
+    ids=["sigterm", "sigalrm_timer", "all_signals", "shell_trap", "child_own_session"])
+def test_programs_ignoring_signals_are_stopped_at_the_timeout(stubborn):
+    r = run_tracked(stubborn, timeout_s=1.0)
+    assert r.timed_out and r.error == "TimeoutError: code ran longer than 1 s and was stopped", r
+
+
+# ---------------------------------------------------------------- symlink escapes
+
+@pytest.mark.parametrize("target", ["/proc/1/root{f}", "{f}", "/proc/self/root/../..{f}", "/proc/1/cwd/../../..{f}", "{repo}", "/etc"],
+                         ids=["proc_1_root", "host_file", "proc_self_root_dotdot", "proc_1_cwd_dotdot", "repo_dir", "etc"])
+def test_symlink_escapes_reach_no_host_file(target, marker):
+    secret = f"secret-{uuid.uuid4().hex}"
+    f = REPO / f"{marker}.txt"
+    f.write_text(secret); f.chmod(0o644)
+    target = target.format(f=f, repo=REPO)
+    try:
+        r = run(f"""
+            import os
+            os.symlink({target!r}, '/tmp/{marker}'); os.symlink({target!r}, 'link')
+            for p in ('/tmp/{marker}', 'link', 'link/{f.name}', 'link/passwd', 'link/shadow', 'link/hostname'):
+                try: print('READ', p, open(p).read())
+                except OSError as e: print('denied', p, type(e).__name__)
+            try: open('link/{marker}-written.txt', 'w').write('pwned'); print('WROTE')
+            except OSError as e: print('denied write', type(e).__name__)
+            """)
+        assert r.ok and secret not in r.stdout and "READ" not in r.stdout and "WROTE" not in r.stdout, r.stdout
+        assert f.read_text() == secret and not (REPO / f"{marker}-written.txt").exists()
+    finally:
+        f.unlink()
+
+
+def test_hard_links_and_bind_tricks_fail(marker):
+    r = run(f"""
+        import os, subprocess
+        for f in (lambda: os.link('/usr/bin/python3', 'py'), lambda: os.link('/proc/1/exe', 'init'),
+                  lambda: os.rename('/usr/bin/python3', '/tmp/work/py'), lambda: os.symlink('/tmp/work', '/usr/{marker}')):
+            try: f(); print('ALLOWED')
+            except OSError as e: print('denied', e.errno)
+        """)
+    assert r.ok and "ALLOWED" not in r.stdout and r.stdout.count("denied") == 4, r.stdout
+    assert not Path("/usr", marker).exists()
