@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_format.ipynb #e9327fff
 from __future__ import annotations
-import re
+import bisect, re
 from dataclasses import dataclass
 
 # %% auto #0
@@ -71,16 +71,13 @@ def _next_tag(text: str, pos: int) -> re.Match | None:
 def parse_coa(text: str) -> list[Segment]:
     "Split `text` into tagged and untagged segments covering every character; never raises."
     if not isinstance(text, str): text = "" if text is None else str(text)
-    segs: list[Segment] = []
+    segs: list[Segment] = []   # the tagged spans; the untagged text between them is filled in at the end
     pos, n = 0, len(text)
-    def add_text(a: int, b: int):
-        if b > a: segs.append(Segment(None, text[a:b], a, b))
     while pos < n:
         m = _next_tag(text, pos)
-        if m is None: add_text(pos, n); break
+        if m is None: break
         if m.group(1):  # a closing tag with no open span: it stays in the text, where validate_coa reports it
-            add_text(pos, m.end()); pos = m.end(); continue
-        add_text(pos, m.start())
+            pos = m.end(); continue
         tag, body = m.group(2), m.end()
         closing = close_tag(tag)
         if tag in OPAQUE_TAGS:
@@ -99,14 +96,16 @@ def parse_coa(text: str) -> list[Segment]:
             if not t.group(1):
                 segs.append(Segment(tag, text[body:t.start()], m.start(), t.start(), closed=False)); pos = t.start(); break
             k = t.end()  # a mismatched closing tag stays inside the content
-    return _merge_text(segs)
+    return _fill_text(text, segs)
 
-def _merge_text(segs: list[Segment]) -> list[Segment]:
+def _fill_text(text: str, tagged: list[Segment]) -> list[Segment]:
+    "The tagged spans with the untagged text between them as one segment per gap (sliced once: linear in the text)."
     out: list[Segment] = []
-    for s in segs:
-        if s.tag is None and out and out[-1].tag is None and out[-1].end == s.start:
-            p = out.pop(); s = Segment(None, p.content + s.content, p.start, s.end)
-        out.append(s)
+    pos = 0
+    for s in tagged:
+        if s.start > pos: out.append(Segment(None, text[pos:s.start], pos, s.start))
+        out.append(s); pos = s.end
+    if pos < len(text): out.append(Segment(None, text[pos:], pos, len(text)))
     return out
 
 # %% ../nbs/00_format.ipynb #482140e1
@@ -115,8 +114,12 @@ def render_coa(segments: list[Segment]) -> str:
     return "".join(s.render() for s in segments)
 
 # %% ../nbs/00_format.ipynb #200b85e2
-def _where(text: str, i: int) -> str:
-    return f"at char {i} (line {text.count(chr(10), 0, i) + 1})"
+class _Where:
+    "'at char i (line l)' for positions in `text`; the newlines are indexed once, on the first call (a text with many problems stays linear)."
+    def __init__(self, text: str): self.text, self.newlines = text, None
+    def __call__(self, i: int) -> str:
+        if self.newlines is None: self.newlines = [m.start() for m in re.finditer("\n", self.text)]
+        return f"at char {i} (line {bisect.bisect_left(self.newlines, i) + 1})"
 
 def validate_coa(text: str, tools: tuple[str, ...] | None = None, roles: tuple[str, ...] | None = None,
                  fmt: TagSet = COA, require_answer: bool = True) -> list[str]:
@@ -125,41 +128,42 @@ def validate_coa(text: str, tools: tuple[str, ...] | None = None, roles: tuple[s
     tools = fmt.tools if tools is None else tuple(tools)
     roles = fmt.roles if roles is None else tuple(roles)
     problems: list[str] = []
+    _where = _Where(text)
     segs = parse_coa(text)
     tagged = [s for s in segs if s.tag is not None]
     for s in segs:
         if s.tag is None:
             for m in _TAG_RE.finditer(s.content):
                 kind = "closing tag without an opening tag" if m.group(1) else "misplaced tag"
-                problems.append(f"{kind} {m.group(0)} {_where(text, s.start + m.start())}")
+                problems.append(f"{kind} {m.group(0)} {_where(s.start + m.start())}")
             for m in re.finditer(r"</?[A-Za-z_][\w\-]*>", s.content):
                 if not _TAG_RE.fullmatch(m.group(0)):
-                    problems.append(f"unknown tag {m.group(0)} {_where(text, s.start + m.start())}")
+                    problems.append(f"unknown tag {m.group(0)} {_where(s.start + m.start())}")
             stray = re.sub(r"</?[A-Za-z_][\w\-]*>", "", s.content).strip()
-            if stray: problems.append(f"text outside tags {_where(text, s.start)}: {stray[:40]!r}")
+            if stray: problems.append(f"text outside tags {_where(s.start)}: {stray[:40]!r}")
             continue
         if s.tag != OBSERVATION and s.tag not in roles and s.tag not in tools:
-            problems.append(f"tag <{s.tag}> is not allowed in this format {_where(text, s.start)}")
+            problems.append(f"tag <{s.tag}> is not allowed in this format {_where(s.start)}")
         if not s.closed:
             what = "is never closed" if s.end == len(text) else "is not closed before the next tag (nested or unclosed)"
-            problems.append(f"<{s.tag}> {_where(text, s.start)} {what}")
+            problems.append(f"<{s.tag}> {_where(s.start)} {what}")
         if s.tag in ROLE_TAGS:
             for m in _TAG_RE.finditer(s.content):
-                problems.append(f"tag {m.group(0)} nested inside <{s.tag}> {_where(text, s.start + len(s.tag) + 2 + m.start())}")
+                problems.append(f"tag {m.group(0)} nested inside <{s.tag}> {_where(s.start + len(s.tag) + 2 + m.start())}")
         if s.tag in TOOL_TAGS and not s.content.strip():
-            problems.append(f"empty tool call <{s.tag}></{s.tag}> {_where(text, s.start)}")
+            problems.append(f"empty tool call <{s.tag}></{s.tag}> {_where(s.start)}")
     for i, s in enumerate(tagged):
         nxt = tagged[i + 1] if i + 1 < len(tagged) else None
         prev = tagged[i - 1] if i > 0 else None
         if s.tag in TOOL_TAGS and (nxt is None or nxt.tag != OBSERVATION):
-            problems.append(f"tool call <{s.tag}> {_where(text, s.start)} has no observation after it")
+            problems.append(f"tool call <{s.tag}> {_where(s.start)} has no observation after it")
         if s.tag == OBSERVATION and (prev is None or prev.tag not in TOOL_TAGS):
-            problems.append(f"observation {_where(text, s.start)} does not follow a tool call")
+            problems.append(f"observation {_where(s.start)} does not follow a tool call")
     answers = [s for s in tagged if s.tag == "answer"]
     if require_answer and not answers: problems.append("no final <answer>")
     if len(answers) > 1: problems.append(f"{len(answers)} <answer> tags; expected one")
     if answers and tagged[-1] is not answers[-1]:
-        problems.append(f"<answer> {_where(text, answers[-1].start)} is not last: <{tagged[-1].tag}> follows it")
+        problems.append(f"<answer> {_where(answers[-1].start)} is not last: <{tagged[-1].tag}> follows it")
     return problems
 
 # %% ../nbs/00_format.ipynb #9949d9af
@@ -205,12 +209,15 @@ def observation_char_spans(text: str) -> list[tuple[int, int]]:
         spans.append((a, b))
     return spans
 
-def _overlaps(a: int, b: int, spans: list[tuple[int, int]]) -> bool:
-    if a == b: return any(s <= a < e for s, e in spans)
-    return any(a < e and b > s for s, e in spans)
+def _overlaps(a: int, b: int, spans: list[tuple[int, int]], ends: list[int] | None = None) -> bool:
+    "Does token `[a, b)` (or the point `a` of an empty token) touch a span? Spans come in order, starts and ends non-decreasing."
+    j = bisect.bisect_right(ends if ends is not None else [e for _, e in spans], a)   # the first span ending after a
+    if j == len(spans): return False
+    return spans[j][0] <= a if a == b else spans[j][0] < b                       # later spans start later still
 
 def token_loss_mask(text: str, tokenizer) -> list[int]:
     "Per-token mask of `tokenizer(text)` (no special tokens added): 0 inside observation spans, 1 elsewhere."
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     spans = observation_char_spans(text)
-    return [0 if _overlaps(a, b, spans) else 1 for a, b in enc["offset_mapping"]]
+    ends = [e for _, e in spans]
+    return [0 if _overlaps(a, b, spans, ends) else 1 for a, b in enc["offset_mapping"]]

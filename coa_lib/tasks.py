@@ -4,7 +4,7 @@
 
 # %% ../nbs/01_tasks.ipynb #2019c4cb
 from __future__ import annotations
-import ast, csv, functools, hashlib, itertools, json, random, re
+import ast, codecs, csv, functools, hashlib, io, itertools, json, math, random, re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -607,7 +607,7 @@ def _math_rows(n: int, split: str, seed: int) -> list[dict]:
 
 # %% ../nbs/01_tasks.ipynb #f4a4a84c
 class DataFormatError(ValueError):
-    "A data file that does not match its format; the message names the file, the row and the field."
+    "A data file that does not match its format; the message names the file, the row and the field (or what else is wrong)."
 
 def _bad(path, where: str, field: str, problem: str) -> DataFormatError:
     return DataFormatError(f"{path}: {where}: field {field!r}: {problem}")
@@ -616,36 +616,100 @@ def _get(rec: Any, key: str, path, where: str, types: type | tuple = str, defaul
     if not isinstance(rec, dict): raise DataFormatError(f"{path}: {where}: expected a JSON object, got {type(rec).__name__}")
     if key not in rec or rec[key] is None:
         if default is not ...: return default
-        raise _bad(path, where, key, "missing")
+        raise _bad(path, where, key, "missing" if key not in rec else "null")
     v = rec[key]
     if not isinstance(v, types) or isinstance(v, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
         names = "/".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
         raise _bad(path, where, key, f"expected {names}, got {type(v).__name__} {str(v)[:40]!r}")
     return v
 
+def _strs(v: list, path, where: str, field: str) -> list[str]:
+    "`v` if every item is a string, else a DataFormatError naming the item."
+    for j, x in enumerate(v):
+        if not isinstance(x, str): raise _bad(path, where, field, f"item {j}: expected str, got {type(x).__name__} {str(x)[:40]!r}")
+    return v
+
+_JSON_WS = re.compile(r"[ \t\n\r]*")
+
+def _json_row_at(text: str, pos: int) -> str | None:
+    "Which element of the top-level JSON list holds char `pos`, or is the first that does not parse ('row 3', 'after row 3'); None outside the list."
+    ws, dec, n = lambda i: _JSON_WS.match(text, i).end(), json.JSONDecoder(), len(text)
+    i = ws(0)
+    if not text.startswith("[", i): return None
+    i, k = ws(i + 1), 0
+    while i < n and text[i] != "]":
+        try: _, end = dec.raw_decode(text, i)
+        except (ValueError, RecursionError): return f"row {k}"
+        if pos < end: return f"row {k}"
+        i = ws(end)
+        if not text.startswith(",", i): return None if text.startswith("]", i) else f"after row {k}"
+        i, k = ws(i + 1), k + 1
+    return f"row {k}" if i >= n else None
+
+def _read_text(path, json_list: bool = False) -> str:
+    "The text of a UTF-8 data file (a BOM dropped), else a DataFormatError: not a file, unreadable, empty, or not UTF-8 (naming the line)."
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        raise DataFormatError(f"{path}: {'is a directory' if path.is_dir() else 'is not a regular file'}, not a data file")
+    try: data = path.read_bytes()
+    except FileNotFoundError: raise
+    except OSError as e: raise DataFormatError(f"{path}: cannot read: {e.strerror or e}") from e
+    if not data.strip(): raise DataFormatError(f"{path}: empty file ({len(data)} bytes), no records")
+    if data.startswith(codecs.BOM_UTF8): data = data[len(codecs.BOM_UTF8):]
+    try: return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line_start = data.rfind(b"\n", 0, e.start) + 1
+        line = data.count(b"\n", 0, e.start) + 1
+        row = _json_row_at(data.decode("utf-8", "replace"), len(data[:e.start].decode("utf-8"))) if json_list else None
+        where = f"{row} (line {line})" if row else f"line {line}"
+        raise DataFormatError(f"{path}: {where}: invalid UTF-8 (byte 0x{data[e.start]:02x} at column {e.start - line_start + 1})") from e
+
 def _read_json_list(path) -> list:
     path = Path(path)
-    try: data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e: raise DataFormatError(f"{path}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from e
+    text = _read_text(path, json_list=True)
+    try: data = json.loads(text)
+    except json.JSONDecodeError as e:
+        row = _json_row_at(text, e.pos)
+        where = f"{row} (line {e.lineno}, column {e.colno})" if row else f"line {e.lineno}, column {e.colno}"
+        raise DataFormatError(f"{path}: {where}: malformed JSON: {e.msg}") from e
+    except RecursionError as e:
+        raise DataFormatError(f"{path}: {_json_row_at(text, len(text)) or 'the list'}: malformed JSON: nested too deeply") from e
     if not isinstance(data, list): raise DataFormatError(f"{path}: expected a JSON list of records, got {type(data).__name__}")
+    if not data: raise DataFormatError(f"{path}: no records (an empty JSON list)")
     return data
 
 def _read_jsonl(path) -> list[tuple[str, Any]]:
     out = []
-    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    for i, line in enumerate(_read_text(path).split("\n"), 1):    # not splitlines: a JSON string may hold a raw U+2028
         if not line.strip(): continue
         try: out.append((f"line {i}", json.loads(line)))
         except json.JSONDecodeError as e: raise DataFormatError(f"{path}: line {i}: malformed JSON at column {e.colno}: {e.msg}") from e
+        except RecursionError as e: raise DataFormatError(f"{path}: line {i}: malformed JSON: nested too deeply") from e
+    if not out: raise DataFormatError(f"{path}: no records (only blank lines)")
     return out
+
+def _read_csv(path, required: tuple[str, ...]) -> list[tuple[str, dict]]:
+    "The rows of a CSV file with a header holding `required`, each with its line ('line 2' is the first row)."
+    reader = csv.DictReader(io.StringIO(_read_text(path), newline=""), strict=True)
+    try:
+        header = reader.fieldnames or []
+        for col in required:
+            if col not in header: raise _bad(path, "line 1", col, f"missing from the header {header}")
+        rows = [(f"line {reader.line_num}", rec) for rec in reader]
+    except csv.Error as e:   # line_num still counts the lines before the record that failed
+        raise DataFormatError(f"{path}: line {reader.line_num + 1}: malformed CSV: {e}") from e
+    if not rows: raise DataFormatError(f"{path}: no records (a header and no rows)")
+    return rows
 
 def _hand(x, path, where: str, field: str) -> list[int]:
     "Four integers 1-13 from a list or a string like '1 1 4 6', else a DataFormatError naming file, row and field."
     if isinstance(x, str): x = x.split()
-    ok = isinstance(x, list) and all(type(v) is int or isinstance(v, str) and v.isdigit() for v in x)
+    ok = isinstance(x, list) and all(type(v) is int or isinstance(v, str) and re.fullmatch(r"[0-9]{1,3}", v) for v in x)
     if not ok: raise _bad(path, where, field, f"expected four integers, got {str(x)[:40]!r}")
     hand = [int(v) for v in x]
-    if len(hand) != 4 or not all(1 <= v <= 13 for v in hand): raise _bad(path, where, field, f"expected four integers 1-13, got {hand}")
+    if len(hand) != 4 or not all(1 <= v <= 13 for v in hand): raise _bad(path, where, field, f"expected four integers 1-13, got {str(hand)[:40]}")
     return hand
+
 
 # %% ../nbs/01_tasks.ipynb #4eb4f9c7
 def _combine(a: Fraction, ea: str, b: Fraction, eb: str):
@@ -713,12 +777,19 @@ def agentflow_benchmark_dir(repo_root: str | Path | None = None) -> Path:
         if (d / "gameof24.json").is_file(): return d
     raise FileNotFoundError("AgentFlow benchmark files not found; looked in " + ", ".join(map(str, tried)))
 
+def _game24_record(rec: Any, path, where: str) -> tuple[list[int], list[str], str | int, str]:
+    "One record of AgentFlow's gameof24.json, checked: (hand, answers with ASCII `*` `/`, pid, query)."
+    hand = _hand(_get(rec, "question", path, where, (list, str)), path, where, "question")
+    answers = _get(rec, "answer", path, where, (list, str), default=[])
+    answers = _strs([answers] if isinstance(answers, str) else answers, path, where, "answer")
+    return (hand, [a.replace("×", "*").replace("÷", "/") for a in answers],
+            _get(rec, "pid", path, where, (str, int), default=None), _get(rec, "query", path, where, default=""))
+
 @functools.cache
 def excluded_game24_hands() -> frozenset[tuple[int, ...]]:
     "The hands of AgentFlow's gameof24.json (sorted tuples): excluded from every generated game24 split."
-    path = agentflow_benchmark_dir() / "gameof24.json"
-    return frozenset(tuple(sorted(_hand(_get(r, "question", path, f"row {i}", (list, str)), path, f"row {i}", "question")))
-                     for i, r in enumerate(_read_json_list(path)))
+    path = agentflow_benchmark_dir() / "gameof24.json"    # every record checked, as load_benchmark checks them
+    return frozenset(tuple(sorted(_game24_record(r, path, f"row {i}")[0])) for i, r in enumerate(_read_json_list(path)))
 
 def game24_question(hand) -> str:
     "The Game-of-24 prompt for a hand (one phrasing for generated and loaded hands)."
@@ -1076,7 +1147,7 @@ def _read_musique(path) -> tuple[list[dict], list[dict]]:
             if p.get("is_supporting"): steps.append({"tool": "web_search", "query": title, "page": title, "fact": text})
         m = re.match(r"(\d)hop", id_)
         rows.append(_task("multihop", id_, q, a, hops=int(m.group(1)) if m else len(steps), path=steps,
-                          aliases=_get(rec, "answer_aliases", path, w, list, default=[])))
+                          aliases=_strs(_get(rec, "answer_aliases", path, w, list, default=[]), path, w, "answer_aliases")))
     return rows, corpus
 
 def _read_bamboogle(path) -> tuple[list[dict], None]:
@@ -1086,7 +1157,8 @@ def _read_bamboogle(path) -> tuple[list[dict], None]:
         q, ans = _get(rec, "question", path, w), _get(rec, "answer", path, w, (list, str))
         if isinstance(ans, str) and ans.strip().startswith("["):
             try: ans = ast.literal_eval(ans)
-            except (ValueError, SyntaxError) as e: raise _bad(path, w, "answer", f"not a list literal: {e}") from e
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as e:
+                raise _bad(path, w, "answer", f"not a list literal: {type(e).__name__} {str(e)[:60]}") from e
         answers = [ans] if isinstance(ans, str) else ans
         if not answers or not all(isinstance(x, str) for x in answers): raise _bad(path, w, "answer", "expected a non-empty list of strings")
         rows.append(_task("multihop", f"bamboogle-{_get(rec, 'pid', path, w, (str, int), default=i)}", _clean_q(q), answers[0],
@@ -1099,30 +1171,25 @@ def _game24_task(id_, hand: list[int], answer: str | None, **meta) -> dict:
 
 def _read_game24_csv(path) -> tuple[list[dict], None]:
     rows = []
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        if not reader.fieldnames or "Puzzles" not in reader.fieldnames:
-            raise _bad(path, "line 1", "Puzzles", f"missing from the header {reader.fieldnames}")
-        for rec in reader:
-            w = f"line {reader.line_num}"
-            rank = rec.get("Rank") or str(len(rows))
-            rows.append(_game24_task(f"game24-{rank}", _hand(rec["Puzzles"], path, w, "Puzzles"), None,
-                                     solved_rate=rec.get("Solved rate", ""), steps=3))
+    for w, rec in _read_csv(path, ("Puzzles",)):
+        puzzle = rec.get("Puzzles")
+        if puzzle is None: raise _bad(path, w, "Puzzles", "missing (the row has too few columns)")
+        if not puzzle.strip(): raise _bad(path, w, "Puzzles", "empty")
+        rank = rec.get("Rank") or str(len(rows))
+        rows.append(_game24_task(f"game24-{rank}", _hand(puzzle, path, w, "Puzzles"), None,
+                                 solved_rate=rec.get("Solved rate") or "", steps=3))
     return rows, None
 
 def _read_game24_json(path) -> tuple[list[dict], None]:
     rows = []
     for i, rec in enumerate(_read_json_list(path)):
-        w = f"row {i}"
-        hand = _hand(_get(rec, "question", path, w, (list, str)), path, w, "question")
-        answers = _get(rec, "answer", path, w, (list, str), default=[])
-        answers = [answers] if isinstance(answers, str) else answers
-        ascii_ = [str(a).replace("×", "*").replace("÷", "/") for a in answers]
-        rows.append(_game24_task(f"gameof24-{_get(rec, 'pid', path, w, (str, int), default=i)}", hand, ascii_[0] if ascii_ else None,
-                                 answers=ascii_, raw_question=rec.get("query", "")))
+        hand, ascii_, pid, query = _game24_record(rec, path, f"row {i}")
+        rows.append(_game24_task(f"gameof24-{i if pid is None else pid}", hand, ascii_[0] if ascii_ else None,
+                                 answers=ascii_, raw_question=query))
     return rows, None
 
 def _math_answer(v, path, where: str) -> str:
+    if isinstance(v, float) and not math.isfinite(v): raise _bad(path, where, "answer", f"expected a finite number, got {v}")
     if isinstance(v, float) and v.is_integer(): v = int(v)
     s = str(v).strip()
     if not s: raise _bad(path, where, "answer", "empty")
@@ -1191,7 +1258,8 @@ def load_corpus_file(path: str | Path, fmt: str | BenchmarkFormat = "corpus_json
 def load_benchmark(path: str | Path, fmt: str | BenchmarkFormat, corpus: str | Path | Dataset | None = None) -> Dataset:
     "Read a benchmark file in its public format into task rows (+ `.corpus` / `.corpus_id` where it has paragraphs)."
     fmt, path = get_format(fmt), Path(path)
-    if not path.is_file(): raise FileNotFoundError(f"{path}: no such benchmark file")
+    if not path.exists(): raise FileNotFoundError(f"{path}: no such benchmark file")
+    if not path.is_file(): raise DataFormatError(f"{path}: {'is a directory' if path.is_dir() else 'is not a regular file'}, not a data file")
     rows, own = fmt.read(path)
     if fmt.name == "corpus_jsonl":
         ds = load_corpus_file(path, fmt); register_corpus(ds.corpus_id, ds); ds.corpus = ds
