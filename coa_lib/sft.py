@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_sft.ipynb #c1803d97
 from __future__ import annotations
-import math, os, random, time
+import math, os, random, sys, time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
@@ -380,9 +380,19 @@ class Student:
 STUDENTS = (Student("coa", "coa_sft", COA), Student("coa_unfiltered", "coa_sft_unfiltered", COA),
             Student("react", "react_sft", REACT), Student("direct", "direct_sft", DIRECT))
 
+def _die_with_parent() -> None:
+    "Linux: this process gets SIGKILL when the process that started it dies (a killed batch leaves no lane training on)."
+    if not sys.platform.startswith("linux"): return
+    import ctypes, signal
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(1, signal.SIGKILL, 0, 0, 0) != 0:                      # 1 = PR_SET_PDEATHSIG
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() == 1: os._exit(1)                                    # the parent died before the call
+
 def _init_lane(threads: int) -> None:
-    "A lane process: its torch threads, and no progress bars from datasets/transformers in the batch's output."
+    "A lane process: dies with its parent, its torch threads, and no progress bars from datasets/transformers in the batch's output."
     import datasets, transformers
+    _die_with_parent()
     torch.set_num_threads(threads)
     datasets.disable_progress_bars(); transformers.utils.logging.disable_progress_bar()
 

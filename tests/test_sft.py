@@ -147,3 +147,28 @@ def test_quote_rows_cue_says_where_and_the_quote_is_verbatim():
         assert (cue + r["completion"]).strip() in context and r["completion"].startswith(" ")
     with pytest.raises(ValueError, match="repeat themselves"):
         quote_rows(["la la la la la la la la la la"], 5)
+
+
+def test_lanes_die_with_a_killed_parent(tmp_path):
+    # a batch killed with SIGKILL must not leave lane processes training on into the run dir
+    import os, signal, subprocess, sys, time
+    (tmp_path / "lane_job.py").write_text(
+        "import os, time\n"
+        "def job(path):\n"
+        "    open(path, 'w').write(str(os.getpid())); time.sleep(120)\n")
+    parent = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+              "from coa_lib.sft import run_in_lanes\nimport lane_job\n"
+              "run_in_lanes(lane_job.job, [(sys.argv[1] + '/a.pid',), (sys.argv[1] + '/b.pid',)], lanes=2, threads=1)\n")
+    p = subprocess.Popen([sys.executable, "-c", parent, str(tmp_path)], start_new_session=True)
+    pids, deadline = [], time.time() + 120
+    while len(pids) < 2:
+        assert time.time() < deadline and p.poll() is None, "the lanes never started"
+        time.sleep(0.2)
+        pids = [int(f.read_text()) for f in tmp_path.glob("*.pid") if f.read_text()]
+    p.kill(); p.wait()                                                 # SIGKILL the parent only, not its group
+    deadline = time.time() + 10
+    alive = lambda: [q for q in pids if os.path.exists(f"/proc/{q}") and "Z" not in open(f"/proc/{q}/stat").read().rsplit(")", 1)[1].split()[0]]
+    while alive() and time.time() < deadline: time.sleep(0.2)
+    left = alive()
+    for q in left: os.kill(q, signal.SIGKILL)
+    assert not left, f"lane processes {left} outlived their killed parent"
