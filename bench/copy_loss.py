@@ -1,17 +1,16 @@
 """Held-out copy losses of saved students (dev only): nats per token on the copied spans of teacher dev trajectories.
 
-The ladder's `token_losses` on `dev_rows` for any saved model, with the run's own tokenizer, so a stage's students and
-a ladder rung are compared on the same rows:
+`coa_lib.sft.copy_token_losses` on `held_out_dev_rows` (what the ladder measures) for any saved model, with the run's
+own tokenizer, so a stage's students and a ladder rung are compared on the same rows:
 
     python bench/copy_loss.py --run-dir runs/full runs/full/sft/coa runs/ladder/ladder/<rung>/phase0
 
 Prints one line per model and writes bench/results/copy_loss.json.
 """
-import argparse, sys
+import argparse
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 
 def main():
@@ -26,15 +25,15 @@ def main():
     from transformers import AutoModelForCausalLM
     from coa_lib.core import atomic_write_json
     from coa_lib.llm import student_tokenizer
-    from sft_ladder import dev_rows, token_losses
+    from coa_lib.sft import copy_token_losses, held_out_dev_rows
     torch.set_num_threads(2)
     models = a.models or sorted(str(p.parent) for p in Path(a.run_dir).glob("sft/*/model.safetensors"))
     if not models: raise SystemExit(f"no saved models given or found under {a.run_dir}/sft")
     tok = student_tokenizer(a.run_dir, a.profile)
-    rows = dev_rows(Path(a.run_dir), a.profile, tuple(a.kinds.split(",")), a.rows)
+    rows = held_out_dev_rows(Path(a.run_dir), a.profile, tuple(a.kinds.split(",")), a.rows)
     out = {"run_dir": a.run_dir, "kinds": a.kinds, "rows": len(rows), "models": {}}
     for m in models:
-        losses = token_losses(AutoModelForCausalLM.from_pretrained(m).eval(), tok, rows)
+        losses = copy_token_losses(AutoModelForCausalLM.from_pretrained(m).eval(), tok, rows)
         out["models"][m] = {k: round(v, 3) for k, v in losses.items()}
         print(m, out["models"][m], flush=True)
     atomic_write_json(HERE / "results" / "copy_loss.json", out)

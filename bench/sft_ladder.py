@@ -36,50 +36,13 @@ def parse_phase(spec: str) -> tuple[tuple[str, ...], int]:
     return tuple(names), int(tokens)
 
 
-def token_losses(model, tok, rows: list[dict]) -> dict[str, float]:
-    "Mean next-token loss on held-out trajectories: inside copied spans (first token / the rest) and on the other trained tokens."
-    from coa_lib.llm import copied_spans
-    from coa_lib.sft import IGNORE, encode_sft_row
-    sums: dict[str, list[float]] = {}
-    model.eval()
-    for r in rows:
-        e = encode_sft_row(r["prompt"], r["completion"], tok)
-        offsets = tok(r["prompt"] + r["completion"], add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-        if len(offsets) != len(e["input_ids"]): continue
-        ids = torch.tensor([e["input_ids"]])
-        with torch.no_grad(): logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
-        nll = -logp.gather(1, ids[0, 1:, None])[:, 0]
-        spans = [(a, b) for a, b, _ in copied_spans(r["prompt"], r["completion"])]
-        for k in range(1, len(offsets)):
-            if e["labels"][k] == IGNORE: continue
-            s0, s1 = offsets[k]
-            inside = [a for a, b in spans if a <= s0 and s1 <= b]
-            key = ("copied_first" if s0 == inside[0] else "copied_rest") if inside else "other"
-            acc = sums.setdefault(key, [0.0, 0]); acc[0] += float(nll[k - 1]); acc[1] += 1
-    model.train()
-    return {k: v[0] / v[1] for k, v in sums.items()}
-
-
-def dev_rows(rd, profile: str, kinds, n: int) -> list[dict]:
-    "CoA rows distilled from the teacher's traces on dev tasks of `kinds` (never test): held-out trajectories for `token_losses`."
-    from coa_lib.distill import distill
-    from coa_lib.llm import student_tokenizer
-    from coa_lib.mas import TeacherConfig, teacher_eval
-    from coa_lib.tasks import TaskConfig, build_task_splits
-    dev_ids = set(build_task_splits(rd, TaskConfig.for_profile(profile))["dev"]["id"])
-    traces = teacher_eval(rd, TeacherConfig.for_profile(profile), progress=False)
-    traces = traces.filter(lambda t: t["id"] in dev_ids and t["kind"] in kinds and t["reward"] == 1.0)
-    rows = distill(traces, "coa", student_tokenizer(rd, profile)).to_list()
-    return rows[:n]
-
-
 def run_rung(a) -> dict:
     from transformers import TrainerCallback
     from coa_lib.core import atomic_write_json, resolve_run_dir
     from coa_lib.filtering import build_sft_sets
     from coa_lib.llm import build_tiny_qwen2, load_policy, student_tokenizer
     from coa_lib.rollout import evaluate
-    from coa_lib.sft import SFTStageConfig, eval_tasks, train_sft
+    from coa_lib.sft import SFTStageConfig, copy_token_losses, eval_tasks, held_out_dev_rows, train_sft
     from coa_lib.tasks import TaskConfig, build_task_splits
 
     torch.set_num_threads(a.threads)
@@ -103,7 +66,7 @@ def run_rung(a) -> dict:
         a.base = str(rd / "ladder" / a.continues / f"phase{len(prev['phases_done']) - 1}")
         offset = prev["curve"][-1]["tokens_seen"]
         res.update(base=a.base, continues=a.continues, offset_tokens=offset)
-    held_out = dev_rows(rd, a.profile, tuple(k for ks, _ in phases for k in ks), 40)
+    held_out = held_out_dev_rows(rd, a.profile, tuple(k for ks, _ in phases for k in ks), 40)
 
     class DevCurve(TrainerCallback):
         "Dev accuracy of the live model each time another `eval_every` tokens have been seen."
@@ -124,7 +87,7 @@ def run_rung(a) -> dict:
         p = {"tokens_seen": seen, "loss": loss, "dev_tasks": len(dev), "dev_accuracy": m["accuracy"],
              "by_kind": {k: v["accuracy"] for k, v in m["by_kind"].items()}, "invalid_rate": m["invalid_rate"],
              "finish": m["finish_reasons"], "eval_s": time.perf_counter() - t0, "wall_s": time.perf_counter() - t_start}
-        if held_out: p["token_losses"] = token_losses(model, tok, held_out)
+        if held_out: p["token_losses"] = copy_token_losses(model, tok, held_out)
         res["curve"].append(p)
         print(f"[{a.label}] {seen:>9,} tokens  loss {loss if loss is None else round(loss, 3)}  dev {m['accuracy']:.3f} "
               f"(invalid {m['invalid_rate']:.2f}) " + " ".join(f"{k[:5]} {v:.2f}" for k, v in p["by_kind"].items())

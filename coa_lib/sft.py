@@ -16,12 +16,13 @@ from .core import atomic_write_json, check_profile, read_json, resolve_run_dir
 from .format import observation_char_spans
 
 # %% auto #0
-__all__ = ['IGNORE', 'BF16_MIN_SPEEDUP', 'STUDENTS', 'GAME24_PAPER', 'completion_pieces', 'encode_sft_row', 'tokenize_sft',
-           'SFTStageConfig', 'probe_precision', 'choose_precision', 'WeightedLossCollator', 'weighted_token_loss',
-           'build_sft_trainer', 'last_checkpoint', 'budget_subset', 'train_sft', 'plot_loss', 'sft_loss',
-           'replace_token', 'quote_rows', 'pretrain_base', 'eval_loss', 'Student', 'run_in_lanes', 'train_student',
-           'student_named', 'train_students', 'eval_tasks', 'evaluate_student', 'evaluate_students', 'eval_records',
-           'teacher_metrics', 'results_table', 'plot_results', 'game24_real', 'sft_report', 'ladder_summary']
+__all__ = ['IGNORE', 'BF16_MIN_SPEEDUP', 'STUDENTS', 'GAME24_PAPER', 'COPY_LOSS_KEYS', 'completion_pieces', 'encode_sft_row',
+           'tokenize_sft', 'SFTStageConfig', 'probe_precision', 'choose_precision', 'WeightedLossCollator',
+           'weighted_token_loss', 'build_sft_trainer', 'last_checkpoint', 'budget_subset', 'train_sft', 'plot_loss',
+           'sft_loss', 'replace_token', 'quote_rows', 'pretrain_base', 'eval_loss', 'Student', 'run_in_lanes',
+           'train_student', 'student_named', 'train_students', 'eval_tasks', 'evaluate_student', 'evaluate_students',
+           'eval_records', 'teacher_metrics', 'results_table', 'plot_results', 'game24_real', 'sft_report',
+           'ladder_summary', 'copy_token_losses', 'held_out_dev_rows']
 
 # %% ../nbs/09_sft.ipynb #47720e1c
 IGNORE = -100   # the label of a token that gets no loss
@@ -600,4 +601,46 @@ def ladder_summary(results_dir) -> "pd.DataFrame":
                      "copy_loss_rest": round(losses["copied_rest"], 2) if "copied_rest" in losses else None,
                      "other_loss": round(losses["other"], 2) if "other" in losses else None})
     return pd.DataFrame(rows).set_index("rung") if rows else pd.DataFrame()
+
+
+# %% ../nbs/09_sft.ipynb #cffa742d
+COPY_LOSS_KEYS = ("copied_first", "copied_rest", "other")
+
+def copy_token_losses(model, tokenizer, rows: Sequence[dict]) -> dict[str, float]:
+    "Mean next-token loss (nats) of `model` on the trained tokens of prompt/completion `rows`: a copied span's first token, its rest, the others."
+    from coa_lib.llm import copied_spans
+    sums = {k: [0.0, 0] for k in COPY_LOSS_KEYS}
+    was = model.training; model.eval()
+    try:
+        for r in rows:
+            pieces = _pieces(r["prompt"], r["completion"], 0.0)
+            enc = [tokenizer(t, add_special_tokens=False, return_offsets_mapping=True) for t, _ in pieces]
+            e = _assemble(pieces, [x["input_ids"] for x in enc], None, 0.0)
+            offsets, start = [], 0
+            for (t, _), x in zip(pieces, enc):
+                offsets += [(start + a, start + b) for a, b in x["offset_mapping"]]; start += len(t)
+            ids = torch.tensor([e["input_ids"]], device=model.device)
+            with torch.no_grad(): logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+            nll = -logp.gather(1, ids[0, 1:, None])[:, 0]
+            spans = [(a, b) for a, b, _ in copied_spans(r["prompt"], r["completion"])]
+            for k in range(1, len(offsets)):
+                if e["labels"][k] == IGNORE: continue
+                s0, s1 = offsets[k]
+                inside = next((a for a, b in spans if a <= s0 and s1 <= b), None)
+                key = "other" if inside is None else "copied_first" if s0 == inside else "copied_rest"
+                sums[key][0] += float(nll[k - 1]); sums[key][1] += 1
+    finally: model.train(was)
+    return {k: s / n for k, (s, n) in sums.items() if n}
+
+def held_out_dev_rows(run_dir, profile: str, kinds: Sequence[str], n: int) -> list[dict]:
+    "Up to `n` CoA rows distilled from the teacher's solved traces on *dev* tasks of `kinds` (never test): held-out trajectories."
+    from coa_lib.distill import distill
+    from coa_lib.llm import student_tokenizer
+    from coa_lib.mas import TeacherConfig, teacher_eval
+    from coa_lib.tasks import TaskConfig, build_task_splits
+    run_dir = resolve_run_dir(run_dir)
+    dev_ids = set(build_task_splits(run_dir, TaskConfig.for_profile(profile))["dev"]["id"])
+    traces = teacher_eval(run_dir, TeacherConfig.for_profile(profile), progress=False)
+    traces = traces.filter(lambda t: t["id"] in dev_ids and t["kind"] in set(kinds) and t["reward"] == 1.0)
+    return distill(traces, "coa", student_tokenizer(run_dir, profile)).to_list()[:n]
 
