@@ -254,12 +254,13 @@ def budget_subset(dataset: Dataset, tokenizer, cfg: SFTStageConfig, chunk: int =
 def train_sft(dataset, base, out_dir, config: SFTStageConfig | None = None, tokenizer=None, callbacks=None) -> Path:
     "Train `base` on `dataset` (prompt/completion rows or a tokenized set), observations masked; the saved model's dir."
     cfg, out_dir = config or SFTStageConfig(), Path(out_dir)
+    done = out_dir / "sft_done.json"
+    if cfg.max_steps is not None and done.exists() and read_json(done).get("max_steps") == cfg.max_steps: return out_dir  # no tokenizing
     model, tokenizer = _load_base(base, tokenizer)
     if not isinstance(dataset, Dataset): dataset = Dataset.from_list(list(dataset))
     train_set = dataset if "labels" in dataset.column_names else budget_subset(dataset, tokenizer, cfg)
     if train_set.num_rows == 0: raise ValueError(f"train_sft: no trainable rows in the dataset for {out_dir}")
     max_steps = cfg.steps_for(sum(len(x) for x in train_set["input_ids"]) / train_set.num_rows)
-    done = out_dir / "sft_done.json"
     if done.exists() and read_json(done).get("max_steps") == max_steps: return out_dir
     threads = torch.get_num_threads()
     if cfg.threads: torch.set_num_threads(cfg.threads)

@@ -172,3 +172,14 @@ def test_lanes_die_with_a_killed_parent(tmp_path):
     left = alive()
     for q in left: os.kill(q, signal.SIGKILL)
     assert not left, f"lane processes {left} outlived their killed parent"
+
+
+def test_finished_fixed_step_run_returns_before_loading_or_tokenizing(tmp_path):
+    # reusing a finished base (max_steps fixed) must not reload a model or re-tokenize its rows
+    from coa_lib.core import atomic_write_json
+    from coa_lib.sft import SFTStageConfig, train_sft
+    atomic_write_json(tmp_path / "sft_done.json", {"max_steps": 7})
+    rows = [{"prompt": "p", "completion": "c"}]
+    assert train_sft(rows, "/nonexistent/model", tmp_path, SFTStageConfig(max_steps=7)) == tmp_path
+    with pytest.raises(Exception):                                    # another step count: it does try to train
+        train_sft(rows, "/nonexistent/model", tmp_path, SFTStageConfig(max_steps=8))
