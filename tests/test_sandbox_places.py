@@ -80,6 +80,14 @@ def test_read_only_checkout(private_dir):
 
 
 def test_installed_package_run_from_elsewhere(private_dir):
-    site = copy_checkout(private_dir / "site-packages", whole=False)        # the package alone: no repository around it
+    # `pip install` of (a copy of) the repository into a site dir: the package alone, no repository around it
+    src = private_dir / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "build", "*.egg-info", "__pycache__",
+                                                             ".pytest_cache", ".hypothesis", "bench", "nbs", "tests", "data"))
+    site = private_dir / "site-packages"
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                        "--target", str(site), str(src)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert (site / "coa_lib" / "tools.py").exists() and not (site / "settings.ini").exists()
     elsewhere = private_dir / "work"; elsewhere.mkdir()
     check(run_from(site, elsewhere))
