@@ -401,14 +401,6 @@ def _describe_exit(rc: int, stderr: str, lim: SandboxLimits) -> str | None:
     return f"SystemExit: exit code {rc}"
 
 # %% ../nbs/02_tools.ipynb #bc079cfe
-def _read_info(fd: int) -> dict:
-    "bwrap's --info-fd JSON (holds the sandbox init's pid), or {} if it has not written it."
-    os.set_blocking(fd, False)
-    try: data = os.read(fd, 65536)
-    except BlockingIOError: return {}
-    try: return json.loads(data.decode() or "{}")
-    except (ValueError, UnicodeDecodeError): return {}
-
 def _wait_info(fd: int, deadline: float) -> dict:
     "bwrap's info, waited for: bwrap writes it (in pieces) once the sandbox's init exists, before the program runs; {} if it fails first."
     os.set_blocking(fd, False)
@@ -435,12 +427,17 @@ def _init_pidfd(info: dict, bwrap_pid: int) -> int | None:
     if ppid == bwrap_pid or (len(nspid) > 1 and nspid[-1] == "1"): return fd
     os.close(fd); return None
 
+def _kill_init(pidfd: int | None) -> None:
+    "SIGKILL the sandbox's init through its pidfd (the kernel then kills its whole pid namespace); nothing if it is gone."
+    if pidfd is None: return
+    try: signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except OSError: pass
+
 def _end_init(pidfd: int | None, timeout: float = 5.0) -> None:
-    "SIGKILL the sandbox's init through its pidfd and wait until it has exited: the kernel has then killed its whole pid namespace."
+    "Kill the sandbox's init, wait until it has exited (its whole pid namespace is then gone) and close the pidfd."
     if pidfd is None: return
     try:
-        try: signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        except OSError: pass                          # already gone
+        _kill_init(pidfd)
         select.select([pidfd], [], [], timeout)       # readable once it has exited
     finally: os.close(pidfd)
 
@@ -451,12 +448,9 @@ def _seccomp_fd() -> int | None:
     r, w = os.pipe(); os.write(w, prog); os.close(w)
     return r
 
-def _kill_sandbox(proc: subprocess.Popen, info: dict) -> None:
-    "SIGKILL the sandbox's init (the kernel then kills its whole pid namespace), then bwrap's group; reap bwrap."
-    pid = info.get("child-pid")
-    if isinstance(pid, int) and pid > 1 and proc.poll() is None:
-        try: os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError: pass
+def _kill_sandbox(proc: subprocess.Popen, init: int | None) -> None:
+    "SIGKILL the sandbox's init (its pidfd `init`; without one, bwrap's death takes it along), then bwrap's group; reap bwrap."
+    if proc.poll() is None: _kill_init(init)
     try: proc.wait(timeout=2.0)
     except subprocess.TimeoutExpired: pass
     if proc.poll() is None:
@@ -519,10 +513,10 @@ def _run_sandboxed(code: str, lim: SandboxLimits, bwrap: str, python: str) -> Ex
         info = _wait_info(info_r, t0 + lim.timeout_s)
         init = _init_pidfd(info, proc.pid)
         out, err, why = _communicate(proc, code.encode("utf-8", errors="replace"), t0 + lim.timeout_s, lim)
-        if why: _kill_sandbox(proc, info or _read_info(info_r))   # (a bwrap slower than the deadline names its init late)
+        if why: _kill_sandbox(proc, init)
         rc = proc.wait()
     except BaseException:                       # KeyboardInterrupt in the caller: never leave the sandbox behind
-        _kill_sandbox(proc, info or _read_info(info_r)); raise
+        _kill_sandbox(proc, init); raise
     finally:
         _end_init(init)                         # bwrap returns when the program exits, its init (and any daemon) dies just after
         for f in (proc.stdin, proc.stdout, proc.stderr):
