@@ -9,6 +9,7 @@ import pytest
 from datasets import load_from_disk
 
 from coa_lib.reproduce import marker_path
+from procs import live_pids, stat_fields
 
 STAGE_A = '''
 import os, time
@@ -71,13 +72,7 @@ def _kill_when(p: subprocess.Popen, ready, what: str, timeout: float = 240):
 
 
 def _alive_in_group(pgid: int) -> list[int]:
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            if int(stat[2]) == pgid and stat[0] != "Z": out.append(int(pid))
-        except (OSError, IndexError, ValueError): pass
-    return out
+    return live_pids(lambda pid: (f := stat_fields(pid)) is not None and int(f[2]) == pgid)
 
 
 def test_killed_mid_artifact_and_mid_stage_resumes_and_reuses(tmp_path):

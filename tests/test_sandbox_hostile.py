@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from coa_lib.tools import SANDBOX_UID, run_python, sandbox_info
+from procs import live_pids, stat_fields
 
 REPO = Path(__file__).resolve().parents[1]
 SLACK_S = 3.0          # a run may take this much longer than its timeout (start-up, kill, reap), never more
@@ -23,17 +24,8 @@ def marker():
 
 
 def procs_with(marker: str) -> list[tuple[int, str]]:
-    "Live host processes whose command line contains `marker` (a /proc scan, no psutil)."
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit(): continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmd and state != "Z": found.append((int(pid), cmd.replace(b"\0", b" ").decode(errors="replace")))
-    return found
+    "Live host processes whose command line contains `marker`."
+    return [(pid, _cmdline(pid)) for pid in live_pids(lambda pid: marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes())]
 
 
 def sandbox_uid_tmp_entries() -> set[str]:
@@ -56,15 +48,7 @@ def _cmdline(pid: int) -> str:
 
 def procs_in_ns(ns: str) -> list[int]:
     "Live host processes in the pid namespace `ns` ('pid:[4026532...]': namespace inodes read the same inside and outside)."
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit(): continue
-        try:
-            if os.readlink(f"/proc/{pid}/ns/pid") == ns and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                found.append(int(pid))
-        except OSError:
-            continue
-    return found
+    return live_pids(lambda pid: os.readlink(f"/proc/{pid}/ns/pid") == ns)
 
 
 @pytest.fixture(autouse=True)
@@ -672,7 +656,7 @@ def test_signals_from_the_sandbox_reach_no_host_process(name, sentinel):
     r = run_tracked(code.replace("TEST_PID", str(os.getpid())).replace("SENTINEL_PID", str(sentinel.pid)), timeout_s=1.0)
     time.sleep(0.05)
     assert sentinel.poll() is None, "a host process was killed from the sandbox"
-    assert Path(f"/proc/{sentinel.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "SR", "a host process was stopped"
+    assert stat_fields(sentinel.pid)[0] in "SR", "a host process was stopped"
     if expect == "alive": assert r.ok and r.stdout.endswith("alive\n") and "sent" not in r.stdout, r
     elif expect == "timeout": assert r.timed_out, r
     else: assert not r.ok and not r.timed_out and expect in r.error, r

@@ -17,10 +17,10 @@ print(json.dumps({"ok": r.ok, "isolated": r.isolated, "out": r.stdout, "error": 
 """
 
 
-def copy_checkout(dest: Path, whole: bool = True) -> Path:
-    "The package (and, for a checkout, the settings.ini that marks the repository's root) copied to `dest`."
+def copy_checkout(dest: Path) -> Path:
+    "A checkout's worth of the package: `coa_lib/` and the settings.ini that marks the repository's root, copied to `dest`."
     shutil.copytree(REPO / "coa_lib", dest / "coa_lib", ignore=shutil.ignore_patterns("__pycache__"))
-    if whole: shutil.copy(REPO / "settings.ini", dest / "settings.ini")
+    shutil.copy(REPO / "settings.ini", dest / "settings.ini")
     return dest
 
 

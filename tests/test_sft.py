@@ -167,7 +167,8 @@ def test_lanes_die_with_a_killed_parent(tmp_path):
         pids = [int(f.read_text()) for f in tmp_path.glob("*.pid") if f.read_text()]
     p.kill(); p.wait()                                                 # SIGKILL the parent only, not its group
     deadline = time.time() + 10
-    alive = lambda: [q for q in pids if os.path.exists(f"/proc/{q}") and "Z" not in open(f"/proc/{q}/stat").read().rsplit(")", 1)[1].split()[0]]
+    from procs import is_live
+    alive = lambda: [q for q in pids if is_live(q)]
     while alive() and time.time() < deadline: time.sleep(0.2)
     left = alive()
     for q in left: os.kill(q, signal.SIGKILL)
