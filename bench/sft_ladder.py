@@ -28,7 +28,7 @@ OUT = HERE / "results" / "ladder"
 
 def parse_phase(spec: str) -> tuple[tuple[str, ...], int]:
     "'multihop,math:800000' -> (('multihop', 'math'), 800000); 'all' means every kind."
-    from coa_lib.tasks import TASK_KINDS
+    from coa_lib.core import TASK_KINDS
     kinds, _, tokens = spec.rpartition(":")
     names = TASK_KINDS if kinds == "all" else tuple(kinds.split(","))
     bad = [k for k in names if k not in TASK_KINDS]

@@ -19,7 +19,7 @@ WORDS = ("amber harbour river glass bridge merchant mountain village founded bor
 def world_corpus(n: int):
     "A coa_lib.tasks world with n entities (its pages), or None if the task module is not available."
     try:
-        from coa_lib.tasks import make_world
+        from coa_lib.worlds import make_world
     except ImportError:
         return None
     w = make_world(0, n_entities=n)

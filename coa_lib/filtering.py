@@ -16,7 +16,7 @@ from .core import atomic_write_json, check_profile, load_or_build, resolve_run_d
 from .distill import distill_all
 from .format import COA, OBSERVATION, ROLE_TAGS, TOOL_TAGS, parse_coa, validate_coa
 from .llm import TokenCounter, student_tokenizer
-from .tasks import task_meta
+from .core import task_meta
 from .tools import ALREADY_CALLED, normalise_argument
 
 # %% auto #0

@@ -22,7 +22,8 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedTokeniz
 
 from .core import atomic_dir, check_profile, load_or_build, resolve_run_dir
 from .format import ALL_TAGS, OBSERVATION, TOOL_TAGS, close_tag, open_tag, parse_coa
-from .tasks import TaskConfig, build_task_splits, corpus_for_task, task_meta
+from .core import task_meta
+from .tasks import build_task_splits, corpus_for_task, TaskConfig
 
 # %% auto #0
 __all__ = ['FINISH_REASONS', 'PAD', 'EOS', 'IM_START', 'IM_END', 'SPECIAL_TOKENS', 'TAG_TOKENS', 'CHAT_TEMPLATE',

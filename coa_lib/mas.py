@@ -19,7 +19,8 @@ from .core import (atomic_dir, atomic_write_json, atomic_write_text, check_profi
 from .format import STOP_STRINGS, close_tag, extract_answer, find_tool_call, format_observation, open_tag, parse_coa
 from .llm import IM_END, IM_START, Backend, BackendError, ScriptedBackend, TokenCounter, student_tokenizer
 from .rewards import check_24, score
-from .tasks import QA_KINDS, TASK_KINDS, TaskConfig, build_task_splits, task_meta
+from .core import QA_KINDS, TASK_KINDS, task_meta
+from .tasks import build_task_splits, TaskConfig
 from .tools import ToolBox
 
 # %% auto #0

@@ -445,7 +445,7 @@ def train_students(run_dir, cfg: SFTStageConfig, students: Sequence[Student] = S
     return out
 
 # %% ../nbs/09_sft.ipynb #6657defe
-from .tasks import QA_KINDS, TASK_KINDS
+from .core import QA_KINDS, TASK_KINDS
 
 def eval_tasks(tasks: Dataset, n_per_kind: int, kinds: Sequence[str] = TASK_KINDS) -> list[dict]:
     "The first `n_per_kind` tasks of each kind (in the split's order)."
@@ -533,7 +533,8 @@ GAME24_PAPER = {"AgentFlow (Qwen2.5-7B, Flow-GRPO)": 0.530, "GPT-4o": 0.320}
 
 def game24_real(n: int | None = None) -> list[dict]:
     "The first `n` hands of AgentFlow's GameOf24 file as task rows."
-    from coa_lib.tasks import agentflow_benchmark_dir, load_benchmark
+    from coa_lib.benchmarks import load_benchmark
+    from coa_lib.core import agentflow_benchmark_dir
     ds = load_benchmark(agentflow_benchmark_dir() / "gameof24.json", "gameof24_json")
     return [dict(t) for t in (ds if n is None else ds.select(range(min(n, ds.num_rows))))]
 

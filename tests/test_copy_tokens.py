@@ -4,7 +4,7 @@ import pytest
 from coa_lib.distill import trace_to_coa
 from coa_lib.filtering import build_sft_sets
 from coa_lib.llm import build_tokenizer, copied_spans, copyability, gpt2_pre_tokenizer, student_tokenizer
-from coa_lib.tasks import TASK_KINDS
+from coa_lib.core import TASK_KINDS
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,12 @@ from pathlib import Path
 
 import pytest
 
-import coa_lib.tasks as T
-from coa_lib.tasks import DataFormatError, corpus_for_task, load_benchmark, load_corpus_file
+import coa_lib.core as C
+import coa_lib.problems as P
+import coa_lib.benchmarks as B
+from coa_lib.benchmarks import load_benchmark, load_corpus_file
+from coa_lib.core import DataFormatError
+from coa_lib.tasks import corpus_for_task
 
 SAMPLES = Path(__file__).resolve().parent.parent / "data" / "samples"
 CSV_HEADER = ["Rank", "Puzzles", "AMT (s)", "Solved rate", "1-sigma Mean", "1-sigma STD"]
@@ -47,7 +51,7 @@ FORMATS = {   # format: (layout, file name, the field a row cannot do without, (
     # CSV has no types: a number, a list literal and an empty field stand where the four numbers go
     "gameof24_csv": ("csv", "24.csv", "Puzzles", ("Puzzles", "24"), ("Puzzles", "[1, 2, 3, 4]"), ("Puzzles", "")),
 }
-assert set(FORMATS) == set(T.BENCHMARK_FORMATS), "a new format needs its bad files here"
+assert set(FORMATS) == set(B.BENCHMARK_FORMATS), "a new format needs its bad files here"
 KINDS = ("empty", "no_records", "truncated", "missing_field", "number_for_string", "list_for_string", "null",
          "not_a_record", "invalid_utf8", "pathological", "directory")
 CORPUS_FORMATS = ("hotpotqa", "2wiki", "musique", "corpus_jsonl")
@@ -136,12 +140,13 @@ def entry_points(fmt: str, p: Path, monkeypatch) -> dict:
         calls["load_benchmark(corpus=)"] = lambda: load_benchmark(SAMPLES / "bamboogle_sample.json", "bamboogle", corpus=p)
     if fmt == "gameof24_json":
         from coa_lib import sft
-        monkeypatch.setattr(T, "agentflow_benchmark_dir", lambda repo_root=None: p.parent)
+        for mod in (C, P):   # problems imported the name; game24_real looks it up in core
+            monkeypatch.setattr(mod, "agentflow_benchmark_dir", lambda repo_root=None: p.parent)
 
         def excluded():
-            T.excluded_game24_hands.cache_clear()
-            try: return T.excluded_game24_hands()
-            finally: T.excluded_game24_hands.cache_clear()
+            P.excluded_game24_hands.cache_clear()
+            try: return P.excluded_game24_hands()
+            finally: P.excluded_game24_hands.cache_clear()
         calls["excluded_game24_hands"] = excluded
         calls["sft.game24_real"] = lambda: sft.game24_real(2)
     return calls
@@ -166,7 +171,7 @@ def test_bad_file_raises_one_clear_error_and_writes_nothing(tmp_path, monkeypatc
     (run_dir / "existing.json").write_text("{}")
     p, frags = bad_file(fmt, kind, inputs)
     monkeypatch.chdir(run_dir)                  # anything written to a relative path would land in the run dir
-    before, corpora = tree(tmp_path), set(T._CORPORA)
+    before, corpora = tree(tmp_path), set(B._CORPORA)
     for name, call in entry_points(fmt, p, monkeypatch).items():
         with pytest.raises(DataFormatError) as err:
             call()
@@ -175,7 +180,7 @@ def test_bad_file_raises_one_clear_error_and_writes_nothing(tmp_path, monkeypatc
         assert str(p) in msg, (name, msg)       # the full path, not just a name
         assert "\n" not in msg and len(msg) < 600, (name, msg)
         assert tree(tmp_path) == before, f"{name} left files behind"
-        assert set(T._CORPORA) == corpora, f"{name} registered a corpus from a bad file"
+        assert set(B._CORPORA) == corpora, f"{name} registered a corpus from a bad file"
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))

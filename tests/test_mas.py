@@ -7,7 +7,8 @@ from hypothesis import given, settings, strategies as st
 from coa_lib.llm import ScriptedBackend, TokenCounter, build_tokenizer
 from coa_lib.mas import (MAS, DeadTools, MASLimits, MistakeKnobs, ScriptedTeacher, parse_plan, parse_report,
                          parse_review, parse_verdict, read_prompt, run_teacher, trace_calls)
-from coa_lib.tasks import TASK_KINDS, make_task_suite
+from coa_lib.core import TASK_KINDS
+from coa_lib.tasks import make_task_suite
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 import coa_lib.rewards as R
 from coa_lib.rewards import (SCORERS, Scorer, check_24, eval_24, exact_match, extract_code, f1_score, gold_answers, math_equal,
                              normalize_answer, parse_number, score, task_hand, unit_test_reward)
-from coa_lib.tasks import solvable_hands, solve24
+from coa_lib.problems import solvable_hands, solve24
 
 GAMEOF24 = Path("/work/shared/data/benchmarks/agentflow/gameof24.json")
 if not GAMEOF24.exists():  # the copy shipped in the repo, wherever the shared folder is not mounted
@@ -232,7 +232,9 @@ def test_extract_code():
 
 # --- score --------------------------------------------------------------------------------------------------------
 def _tasks_by_kind():
-    from coa_lib.tasks import QA_KINDS, TASK_KINDS, make_tasks, make_world
+    from coa_lib.core import QA_KINDS, TASK_KINDS
+    from coa_lib.tasks import make_tasks
+    from coa_lib.worlds import make_world
     world = make_world(0)
     return {k: list(make_tasks(world if k in QA_KINDS else None, k, 4, "all" if k in QA_KINDS else "train", seed=1))
             for k in TASK_KINDS}
@@ -243,7 +245,7 @@ def tasks_by_kind(): return _tasks_by_kind()
 
 
 def test_scorers_cover_exactly_the_task_kinds():
-    from coa_lib.tasks import TASK_KINDS
+    from coa_lib.core import TASK_KINDS
     assert set(SCORERS) == set(TASK_KINDS)
     assert all(isinstance(s, Scorer) and s.kind == k for k, s in SCORERS.items())
 
@@ -326,7 +328,7 @@ def test_score_with_a_judge():
 
 
 def test_loaded_gameof24_benchmark_scores_its_own_answers():
-    from coa_lib.tasks import load_benchmark
+    from coa_lib.benchmarks import load_benchmark
     ds = load_benchmark(GAMEOF24, "gameof24_json")
     assert len(ds) == 300
     for row in ds:

@@ -5,10 +5,17 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
+import coa_lib.core as C
+import coa_lib.worlds as W
+import coa_lib.problems as P
+import coa_lib.benchmarks as B
 import coa_lib.tasks as T
 from coa_lib.rewards import check_24
-from coa_lib.tasks import (CODE_FAMILIES, COMMON_WORDS, QA_KINDS, SPLITS, TASK_COLUMNS, TASK_KINDS, DataFormatError,
-                           corpus_for_task, load_benchmark, make_task_suite, make_tasks, make_world, safe_arith)
+from coa_lib.benchmarks import load_benchmark
+from coa_lib.core import DataFormatError, QA_KINDS, SPLITS, TASK_COLUMNS, TASK_KINDS
+from coa_lib.problems import CODE_FAMILIES
+from coa_lib.tasks import corpus_for_task, make_task_suite, make_tasks, safe_arith
+from coa_lib.worlds import COMMON_WORDS, make_world
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "data" / "samples"
@@ -49,8 +56,8 @@ def test_same_seed_same_bytes(world):
 
 def test_independent_of_hash_seed():
     "Byte-identical suites under different PYTHONHASHSEED (no set/dict-order dependence on string hashing)."
-    code = ("import io, hashlib, coa_lib.tasks as T; b = io.BytesIO(); "
-            "T.make_task_suite(T.TASK_KINDS, 4, 'test', seed=2, worlds_per_split=3).to_json(b); "
+    code = ("import io, hashlib, coa_lib.core as C, coa_lib.tasks as T; b = io.BytesIO(); "
+            "T.make_task_suite(C.TASK_KINDS, 4, 'test', seed=2, worlds_per_split=3).to_json(b); "
             "print(hashlib.sha256(b.getvalue()).hexdigest())")
     digests = set()
     for hs in ("1", "987"):
@@ -85,7 +92,7 @@ def _question_words():
     for tpl in T.MIXED_TEMPLATES:
         ents = w.of_type(tpl.subjects[0])
         for names in ([(e.name,) for e in ents] if len(tpl.subjects) == 1 else itertools.combinations([e.name for e in ents], 2)):
-            built = tpl.build(w, names, T.rng_for(0))
+            built = tpl.build(w, names, C.rng_for(0))
             if built:
                 q = built[0]
                 for n in names: q = q.replace(n, " ")
@@ -95,7 +102,7 @@ def _question_words():
 
 
 def test_names_do_not_collide():
-    fixed = {w.lower() for w in T.COMPANY_SUFFIXES + T.FILM_NOUNS} | {"university", "of", "institute", "college"}
+    fixed = {w.lower() for w in W.COMPANY_SUFFIXES + W.FILM_NOUNS} | {"university", "of", "institute", "college"}
     qwords = _question_words()
     assert {"what", "which", "who", "year", "born"} <= qwords
     for seed in range(30):
@@ -178,7 +185,7 @@ def test_entity_disjoint_within_a_world(big_world):
         for split in ("train", "dev", "test"):
             ds = make_tasks(big_world, kind, 30 if split == "train" else 5, split, seed=0)
             named[split] = {e for m in metas(ds) for e in m["entities"]}
-            assert all(T.split_of((big_world.seed, e)) == split for e in named[split])
+            assert all(C.split_of((big_world.seed, e)) == split for e in named[split])
         for a, b in itertools.combinations(named, 2): assert not named[a] & named[b], (kind, a, b)
 
 
@@ -216,7 +223,7 @@ def test_problem_kinds_disjoint_across_splits():
         for a, b in itertools.combinations(SPLITS, 2): assert not keys[(kind, a)] & keys[(kind, b)], (kind, a, b)
     # different seeds of one split stay inside that split's problems
     assert {m["problem_key"] for m in metas(make_tasks(None, "code", 30, "test", seed=9))} <= {
-        T.stable_hash(["code", f.name, v]) for f, v in T.code_problems("test")}
+        C.stable_hash(["code", f.name, v]) for f, v in P.code_problems("test")}
 
 
 # ---------------------------------------------------------------- game of 24
@@ -226,11 +233,11 @@ def _agentflow_hands(path):
 
 
 def test_solvable_hands_exact():
-    hands = T.solvable_hands()
+    hands = P.solvable_hands()
     assert len(hands) == 1362 and len(set(hands)) == 1362
     assert (1, 1, 1, 1) not in hands and (3, 3, 8, 8) in hands and (1, 1, 4, 6) in hands
     for h in hands[::37]:
-        assert check_24(T.solve24(h), h)
+        assert check_24(P.solve24(h), h)
 
 
 def test_agentflow_hands_excluded_from_train_and_dev():
@@ -240,7 +247,7 @@ def test_agentflow_hands_excluded_from_train_and_dev():
     if SHARED_AGENTFLOW.exists():
         assert repo_copy.read_bytes() == (SHARED_AGENTFLOW / "gameof24.json").read_bytes()
     for split in SPLITS:   # train and dev required; train_heldout and test excluded too (documented)
-        assert not set(T.game24_hands(split)) & real, split
+        assert not set(P.game24_hands(split)) & real, split
         ds = make_tasks(None, "game24", 1500 if split == "train" else 200, split, seed=5)
         got = {tuple(sorted(m["hand"])) for m in metas(ds)}
         assert not got & real, split
@@ -261,7 +268,7 @@ def test_code_reference_solutions_pass_their_tests():
     assert len(CODE_FAMILIES) >= 15
     families = set()
     for split in SPLITS:
-        ds = make_tasks(None, "code", len(T.code_problems(split)), split, seed=0)
+        ds = make_tasks(None, "code", len(P.code_problems(split)), split, seed=0)
         for row in ds:
             m = json.loads(row["meta"])
             families.add(m["family"])
@@ -312,7 +319,7 @@ def test_every_sample_loads(fmt):
 def test_benchmark_corpus_rebuilds_in_a_fresh_process_state():
     ds = load_benchmark(SAMPLES / "musique_sample.jsonl", "musique")
     row = ds[1]
-    T._CORPORA.clear()                       # as in another process: found again from corpus_source
+    B._CORPORA.clear()                       # as in another process: found again from corpus_source
     assert list(corpus_for_task(row)["title"]) == list(ds.corpus["title"])
 
 
@@ -320,13 +327,13 @@ def test_bamboogle_with_user_corpus():
     ds = load_benchmark(SAMPLES / "bamboogle_sample.json", "bamboogle", corpus=SAMPLES / "corpus_sample.jsonl")
     assert corpus_for_task(ds[0]) is ds.corpus and "Taskeron" in ds.corpus["title"]
     assert "When ready" not in ds[0]["question"] and "When ready" in json.loads(ds[0]["meta"])["raw_question"]
-    T._CORPORA.clear()
+    B._CORPORA.clear()
     assert list(corpus_for_task(ds[0])["title"]) == list(ds.corpus["title"])
     assert corpus_for_task(load_benchmark(SAMPLES / "bamboogle_sample.json", "bamboogle")[0]) is None
 
 
 def test_real_agentflow_files_load():
-    d = T.agentflow_benchmark_dir()
+    d = C.agentflow_benchmark_dir()
     g = load_benchmark(d / "gameof24.json", "gameof24_json")
     assert len(g) == 300 and set(g["kind"]) == {"game24"}
     for row in g:
@@ -340,16 +347,16 @@ def test_real_agentflow_files_load():
     b = load_benchmark(d / "bamboogle.json", "bamboogle")
     assert len(b) == 125 and set(b["kind"]) == {"multihop"} and b["answer"][0] == raw[0]["answer"][0]
     assert corpus_for_task(b[0]) is None
-    assert T.agentflow_benchmark_dir(REPO) == REPO / "data" / "benchmarks" / "agentflow"
+    assert C.agentflow_benchmark_dir(REPO) == REPO / "data" / "benchmarks" / "agentflow"
 
 
 def test_agentflow_dir_fallback_and_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="AgentFlow benchmark files not found"):
-        T.agentflow_benchmark_dir(tmp_path / "repo")
+        C.agentflow_benchmark_dir(tmp_path / "repo")
     shared = tmp_path / "shared" / "data" / "benchmarks" / "agentflow"
     shared.mkdir(parents=True)
     (shared / "gameof24.json").write_text("[]")
-    assert T.agentflow_benchmark_dir(tmp_path / "repo") == shared      # ../shared next to a repo without its copy
+    assert C.agentflow_benchmark_dir(tmp_path / "repo") == shared      # ../shared next to a repo without its copy
 
 
 def _jl(*recs): return "".join(json.dumps(r) + "\n" for r in recs)
