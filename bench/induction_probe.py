@@ -74,7 +74,7 @@ def main():
     ap.add_argument("--out", default=str(HERE / "results" / "induction_probe.json"))
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    from coa_lib.llm import build_tokenizer
+    from coa_lib.tokenizer import build_tokenizer
     tok = build_tokenizer(["a b c"] * 3, vocab_size=400)       # only its special ids are used; the model's vocabulary is 2,048
     out = Path(a.out)
     res = json.loads(out.read_text()) if out.exists() else {"runs": []}

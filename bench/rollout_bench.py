@@ -20,9 +20,10 @@ from pathlib import Path
 import torch
 
 from coa_lib.core import atomic_write_json, stable_hash
-from coa_lib.llm import build_tiny_qwen2, build_tokenizer
-from coa_lib.rollout import (ToyToolBox, ToyTrainConfig, naive_rollout, rollout, toy_tasks, toy_texts, toy_world,
-                             train_toy_agent)
+from coa_lib.llm import build_tiny_qwen2
+from coa_lib.tokenizer import build_tokenizer
+from coa_lib.rollout import naive_rollout, rollout
+from coa_lib.toy import toy_tasks, toy_texts, toy_world, ToyToolBox, ToyTrainConfig, train_toy_agent
 
 HERE = Path(__file__).resolve().parent
 

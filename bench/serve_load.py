@@ -18,7 +18,8 @@ import openai
 import torch
 
 from coa_lib.core import atomic_write_json
-from coa_lib.llm import build_tiny_qwen2, build_tokenizer, n_params
+from coa_lib.llm import build_tiny_qwen2, n_params
+from coa_lib.tokenizer import build_tokenizer
 
 HERE = Path(__file__).resolve().parent
 TEXT = ("<think>Find the director.</think>\n<web_search>director of Blue Harbor</web_search>\n"

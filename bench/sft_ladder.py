@@ -39,11 +39,15 @@ def parse_phase(spec: str) -> tuple[tuple[str, ...], int]:
 def run_rung(a) -> dict:
     from transformers import TrainerCallback
     from coa_lib.core import atomic_write_json, resolve_run_dir
-    from coa_lib.filtering import build_sft_sets
-    from coa_lib.llm import build_tiny_qwen2, load_policy, student_tokenizer
-    from coa_lib.rollout import evaluate
-    from coa_lib.sft import SFTStageConfig, copy_token_losses, eval_tasks, held_out_dev_rows, train_sft
-    from coa_lib.tasks import TaskConfig, build_task_splits
+    from coa_lib.stages import build_sft_sets
+    from coa_lib.llm import build_tiny_qwen2, load_policy
+    from coa_lib.stages import student_tokenizer
+    from coa_lib.evaluate import evaluate
+    from coa_lib.evaluate import eval_tasks
+    from coa_lib.sft import copy_token_losses, SFTStageConfig, train_sft
+    from coa_lib.stages import held_out_dev_rows
+    from coa_lib.stages import build_task_splits
+    from coa_lib.tasks import TaskConfig
 
     torch.set_num_threads(a.threads)
     rd = resolve_run_dir(a.run_dir)
@@ -103,7 +107,7 @@ def run_rung(a) -> dict:
         pcfg = replace(cfg, token_budget=tokens, seed=a.seed + i)
         if base is None and (a.base or a.base_steps):
             from transformers import AutoModelForCausalLM
-            from coa_lib.sft import pretrain_base
+            from coa_lib.stages import pretrain_base
             if a.base_steps:          # the stage's base model at this size (quote pretraining), built once per size and step count
                 a.base = str(pretrain_base(rd, replace(cfg, base_steps=a.base_steps, base_threads=a.threads),
                                            rd / "ladder" / f"base_{a.size}_{a.base_steps}"))

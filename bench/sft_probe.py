@@ -16,7 +16,9 @@ from pathlib import Path
 import torch
 
 from coa_lib.core import atomic_write_json, read_json, resolve_run_dir
-from coa_lib.sft import STUDENTS, SFTStageConfig, eval_tasks, evaluate_student, train_sft
+from coa_lib.evaluate import eval_tasks
+from coa_lib.sft import SFTStageConfig, train_sft
+from coa_lib.stages import evaluate_student, STUDENTS
 
 HERE = Path(__file__).resolve().parent
 
@@ -41,10 +43,11 @@ def main():
     ap.add_argument("--schedule", default="cosine", choices=["cosine", "constant_with_warmup"], help="learning-rate schedule (constant: a curve's points are comparable)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    from coa_lib.filtering import build_sft_sets
+    from coa_lib.stages import build_sft_sets
     from coa_lib.llm import build_tiny_qwen2
-    from coa_lib.llm import student_tokenizer
-    from coa_lib.tasks import TaskConfig, build_task_splits
+    from coa_lib.stages import student_tokenizer
+    from coa_lib.stages import build_task_splits
+    from coa_lib.tasks import TaskConfig
     rd = resolve_run_dir(a.run_dir)
     student = next(s for s in STUDENTS if s.sft_set == a.set)
     label = a.label or f"{student.name}_{a.size}_{a.tokens // 1000}k_b{a.batch}_lr{a.lr:g}"
@@ -61,7 +64,7 @@ def main():
     if a.eval_every:
         from transformers import TrainerCallback
         from coa_lib.llm import load_policy
-        from coa_lib.rollout import evaluate
+        from coa_lib.evaluate import evaluate
         class DevCurve(TrainerCallback):
             "Dev accuracy of the live model every `eval_every` steps (greedy, the student's format)."
             def on_step_end(self, args, state, control, model=None, **kw):

@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from coa_lib.core import atomic_write_json
-from coa_lib.tools import CrawlTool, SearchTool, run_python, sandbox_info
+from coa_lib.sandbox import run_python, sandbox_info
+from coa_lib.tools import CrawlTool, SearchTool
 
 RESULTS = Path(__file__).resolve().parent / "results" / "tools_bench.json"
 WORDS = ("amber harbour river glass bridge merchant mountain village founded born capital island tower library winter "

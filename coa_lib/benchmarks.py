@@ -11,13 +11,13 @@ from typing import Callable
 
 from datasets import Dataset
 
-from .core import (DataFormatError, format_error, get_field, meta_json, read_csv_rows, read_json_list, read_jsonl,
+from .core import (DataFormatError, agentflow_benchmark_dir, format_error, get_field, meta_json, read_csv_rows, read_json_list, read_jsonl,
                           stable_hash, str_list, to_dataset)
 from .problems import game24_question, game24_record, read_hand, solve24
 
 # %% auto #0
 __all__ = ['AGENTFLOW_SUFFIX', 'BENCHMARK_FORMATS', 'BenchmarkFormat', 'get_format', 'load_corpus_file', 'load_benchmark',
-           'register_corpus', 'benchmark_corpus']
+           'register_corpus', 'benchmark_corpus', 'game24_real']
 
 # %% ../nbs/01c_benchmarks.ipynb #10a82b33
 AGENTFLOW_SUFFIX = re.compile(r"\s*When ready, output the final answer enclosed in <answer> and </answer> tags\..*$", re.S)
@@ -219,3 +219,9 @@ def benchmark_corpus(corpus_id: str, source: dict | None = None, task_id: str | 
         if not source: raise ValueError(f"task {task_id!r}: corpus {corpus_id!r} is not registered and has no corpus_source")
         register_corpus(corpus_id, load_corpus_file(source["path"], source["format"]))
     return _CORPORA[corpus_id]
+
+# %% ../nbs/01c_benchmarks.ipynb #536a135c
+def game24_real(n: int | None = None) -> list[dict]:
+    "The first `n` hands of AgentFlow's GameOf24 file as task rows."
+    ds = load_benchmark(agentflow_benchmark_dir() / "gameof24.json", "gameof24_json")
+    return [dict(t) for t in (ds if n is None else ds.select(range(min(n, ds.num_rows))))]

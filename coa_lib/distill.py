@@ -4,27 +4,25 @@
 
 # %% ../nbs/06_distill.ipynb #474293ee
 from __future__ import annotations
-import json, re
+import re
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
-from datasets import Dataset, load_from_disk
+from datasets import Dataset
 
-from .core import check_profile, load_or_build, resolve_run_dir, save_dataset
 from .format import (COA, DIRECT, OBSERVATION, REACT, TagSet, close_tag, format_observation, neutralise_tags,
-                            open_tag, parse_coa, validate_coa)
-from .mas import (CRITERIA, Role, TeacherConfig, parse_plan, parse_report, run_teacher_stage, tag_content,
-                         trace_calls)
-from .llm import TokenCounter, student_tokenizer
-from .rollout import agent_prompt
+                            open_tag, parse_coa, tag_content)
+from .mas import CRITERIA, Role, parse_plan, parse_report, trace_calls
+from .prompts import agent_prompt
+from .tokenizer import TokenCounter
 from .tools import ALREADY_CALLED, normalise_argument
 
 # %% auto #0
 __all__ = ['VERBATIM_SPANS', 'SPAN_LEAD', 'COA_SPANS', 'REACT_SPANS', 'DIRECT_SPANS', 'DISTILLERS', 'KEEP_COLUMNS', 'Spans',
            'linearize', 'trace_to_coa', 'trace_to_react', 'trace_to_direct', 'trained_tokens_by_role',
-           'plot_role_shares', 'distill_formats', 'distill', 'distill_all']
+           'plot_role_shares', 'distill_formats', 'distill']
 
 # %% ../nbs/06_distill.ipynb #50b0cd1c
 VERBATIM_SPANS = ("answer", "suggested_answer")   # may hold code: whitespace kept
@@ -168,18 +166,3 @@ def distill_formats(traces: Dataset, formats=tuple(DISTILLERS), tokenizer=None) 
 def distill(traces: Dataset, fmt: str, tokenizer=None) -> Dataset:
     "SFT rows of one format (see `distill_formats`)."
     return distill_formats(traces, (fmt,), tokenizer)[fmt]
-
-def distill_all(run_dir, profile: str = "smoke", progress: bool = True) -> dict[str, Dataset]:
-    "The distilled SFT datasets of every format (artifacts `distilled_<fmt>`), from the run's teacher traces."
-    check_profile(profile)
-    run_dir = resolve_run_dir(run_dir)
-    def build_all():
-        traces = run_teacher_stage(run_dir, TeacherConfig.for_profile(profile), progress=progress)
-        for f, ds in distill_formats(traces, tuple(DISTILLERS), student_tokenizer(run_dir, profile)).items():
-            save_dataset(ds, run_dir / f"distilled_{f}")            # atomic: a directory that exists is complete
-    out = {}
-    for fmt in DISTILLERS:
-        def build(path: Path):
-            if not path.exists(): build_all()
-        out[fmt] = load_or_build(run_dir, f"distilled_{fmt}", build, lambda p: load_from_disk(str(p)))
-    return out

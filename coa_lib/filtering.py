@@ -4,25 +4,23 @@
 
 # %% ../nbs/07_filter.ipynb #bf03f333
 from __future__ import annotations
-import json, re
+import re
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from datasets import Dataset, load_from_disk
+from datasets import Dataset
 
-from .core import atomic_write_json, check_profile, load_or_build, resolve_run_dir, save_dataset
-from .distill import distill_all
+from .core import check_profile, task_meta
 from .format import COA, OBSERVATION, ROLE_TAGS, TOOL_TAGS, parse_coa, validate_coa
-from .llm import TokenCounter, student_tokenizer
-from .core import task_meta
+from .tokenizer import TokenCounter
 from .tools import ALREADY_CALLED, normalise_argument
 
 # %% auto #0
 __all__ = ['RECOVERY_RE', 'ROW_STAGES', 'SFT_SETS', 'FilterConfig', 'steps_of', 'tool_calls_of', 'needed_tool_calls',
            'check_format', 'check_correct', 'check_complexity', 'is_recovery', 'action_key', 'quality_stage',
-           'progressive_filter', 'plot_funnel', 'tag_counts', 'plot_tags_and_lengths', 'build_sft_sets']
+           'progressive_filter', 'plot_funnel', 'tag_counts', 'plot_tags_and_lengths', 'make_sft_sets']
 
 # %% ../nbs/07_filter.ipynb #d2cd9f03
 @dataclass
@@ -176,26 +174,13 @@ def _rows_dataset(rows: list[dict]) -> Dataset:
     cols = list(rows[0]) if rows else ["id", "prompt", "completion"]
     return Dataset.from_dict({c: [r.get(c) for r in rows] for c in cols})
 
-def _build_sets(run_dir: Path, profile: str, cfg: FilterConfig, progress: bool) -> None:
-    distilled = distill_all(run_dir, profile, progress=progress)
+def make_sft_sets(distilled: dict[str, Dataset], cfg: FilterConfig) -> tuple[dict[str, Dataset], list[dict]]:
+    "The SFT sets (filtered CoA, its ReAct and Direct twins, unfiltered CoA) from the distilled formats; and the filter report."
     kept, report = progressive_filter(distilled["coa"], cfg)
     twins = {}
     for fmt in ("react", "direct"):
         by_id = {r["id"]: r for r in distilled[fmt].to_list()}
         twins[fmt] = [{**by_id[r["id"]], "recovery": r["recovery"], "copy": r["copy"]} for r in kept]
-    save_dataset(_rows_dataset(kept), run_dir / "coa_sft")
-    save_dataset(_rows_dataset(twins["react"]), run_dir / "react_sft")
-    save_dataset(_rows_dataset(twins["direct"]), run_dir / "direct_sft")
-    save_dataset(distilled["coa"], run_dir / "coa_sft_unfiltered")
-    atomic_write_json(run_dir / "filter_report.json", {"config": asdict(cfg), "stages": report})
-
-def build_sft_sets(run_dir, profile: str = "smoke", config: FilterConfig | None = None, progress: bool = True) -> dict[str, Dataset]:
-    "The SFT datasets of the run (artifacts `coa_sft`, `react_sft`, `direct_sft`, `coa_sft_unfiltered`), built if missing."
-    check_profile(profile)
-    run_dir, cfg = resolve_run_dir(run_dir), config or FilterConfig.for_profile(profile)
-    out = {}
-    for name in SFT_SETS:
-        def build(path: Path):
-            if not (run_dir / name).exists() or not (run_dir / "filter_report.json").exists(): _build_sets(run_dir, profile, cfg, progress)
-        out[name] = load_or_build(run_dir, name, build, lambda p: load_from_disk(str(p)))
-    return out
+    sets = {"coa_sft": _rows_dataset(kept), "react_sft": _rows_dataset(twins["react"]), "direct_sft": _rows_dataset(twins["direct"]),
+            "coa_sft_unfiltered": distilled["coa"]}
+    return sets, report

@@ -6,12 +6,14 @@
 from __future__ import annotations
 import bisect, re
 from dataclasses import dataclass
+from enum import Enum
+from typing import Sequence
 
 # %% auto #0
 __all__ = ['ROLE_TAGS', 'TOOL_TAGS', 'OBSERVATION', 'ALL_TAGS', 'OPAQUE_TAGS', 'COA', 'REACT', 'DIRECT', 'FORMATS', 'OBS_OPEN',
            'OBS_CLOSE', 'STOP_STRINGS', 'TagSet', 'open_tag', 'close_tag', 'format_observation', 'neutralise_tags',
-           'Segment', 'parse_coa', 'render_coa', 'validate_coa', 'ToolCall', 'find_tool_call', 'is_forged',
-           'extract_answer', 'observation_char_spans', 'token_loss_mask']
+           'TurnEnd', 'find_stop', 'Segment', 'parse_coa', 'render_coa', 'validate_coa', 'ToolCall', 'find_tool_call',
+           'is_forged', 'extract_answer', 'tag_content', 'observation_char_spans', 'token_loss_mask']
 
 # %% ../nbs/00_format.ipynb #59fde14f
 ROLE_TAGS = ("think", "plan", "reflection", "suggested_answer", "double_check", "answer")
@@ -48,6 +50,21 @@ _TAG_RE = re.compile(r"<(/?)(" + "|".join(ALL_TAGS) + r")>")
 def neutralise_tags(text: str) -> str:
     "Break every CoA tag in `text` (e.g. a page that quotes `</observation>`) so it cannot end or forge a span."
     return _TAG_RE.sub(lambda m: f"<{m.group(1)}{m.group(2)}\u200b>", text)
+
+# %% ../nbs/00_format.ipynb #000fae57
+class TurnEnd(str, Enum):
+    "Why one model turn stopped."
+    STOP = "stop"        # a stop string
+    EOS = "eos"          # an end-of-sequence token
+    LENGTH = "length"    # max_new_tokens for the turn
+    BUDGET = "budget"    # max_total_tokens for the episode
+
+def find_stop(text: str, stops: Sequence[str] | None = STOP_STRINGS) -> tuple[int, str] | None:
+    "`(index, stop_string)` of the earliest stop string in `text` (the longest one on a tie), or None."
+    hits = [(i, -len(s), s) for s in (stops or ()) if s and (i := text.find(s)) >= 0]
+    if not hits: return None
+    i, _, s = min(hits)
+    return i, s
 
 # %% ../nbs/00_format.ipynb #16a390b7
 @dataclass(frozen=True)
@@ -196,6 +213,12 @@ def extract_answer(text: str) -> str | None:
     "Content of the last closed `<answer>` tag, stripped; None if there is none."
     answers = [s for s in parse_coa(text) if s.tag == "answer" and s.closed]
     return answers[-1].content.strip() if answers else None
+
+# %% ../nbs/00_format.ipynb #25321652
+def tag_content(text: str, tag: str) -> str | None:
+    "Content of the last `<tag>` span of `text` (closed or not), stripped; None if there is none."
+    segs = [s for s in parse_coa(text) if s.tag == tag]
+    return segs[-1].content.strip() if segs else None
 
 # %% ../nbs/00_format.ipynb #d4c8313a
 def observation_char_spans(text: str) -> list[tuple[int, int]]:

@@ -4,7 +4,6 @@
 
 # %% ../nbs/04_llm.ipynb #87608a7b
 from __future__ import annotations
-import bisect
 import json
 import os
 import re
@@ -12,38 +11,28 @@ import time
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM,
-                          StoppingCriteria, StoppingCriteriaList)
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM, StoppingCriteria, StoppingCriteriaList
 
-from .core import atomic_dir, check_profile, load_or_build, resolve_run_dir
-from .format import ALL_TAGS, OBSERVATION, TOOL_TAGS, close_tag, open_tag, parse_coa
-from .core import task_meta
-from .tasks import build_task_splits, corpus_for_task, TaskConfig
+from .format import TurnEnd, find_stop
+from .tokenizer import IM_END, apply_chat_template, load_tokenizer
 
 # %% auto #0
-__all__ = ['FINISH_REASONS', 'PAD', 'EOS', 'IM_START', 'IM_END', 'SPECIAL_TOKENS', 'TAG_TOKENS', 'CHAT_TEMPLATE',
-           'COPY_SAFE_PATTERN', 'ISOLATED_SPACE_PATTERN', 'COPY_TARGETS', 'QWEN2_SIZES', 'JUDGE_PROMPT', 'Completion',
-           'BackendError', 'Backend', 'first_stop', 'ScriptedBackend', 'copy_safe_pre_tokenizer', 'gpt2_pre_tokenizer',
-           'build_tokenizer', 'apply_chat_template', 'copied_spans', 'copyability', 'TokenCounter', 'world_pages',
-           'student_tokenizer', 'load_tokenizer', 'ModelSize', 'qwen2_config', 'build_tiny_qwen2', 'n_params',
-           'HFBackend', 'load_policy', 'OpenAIBackend', 'JudgeError', 'parse_judgement', 'llm_judge']
+__all__ = ['QWEN2_SIZES', 'JUDGE_PROMPT', 'Completion', 'BackendError', 'Backend', 'ScriptedBackend', 'ModelSize', 'qwen2_config',
+           'build_tiny_qwen2', 'n_params', 'HFBackend', 'load_policy', 'OpenAIBackend', 'JudgeError', 'parse_judgement',
+           'llm_judge', 'judge_with']
 
 # %% ../nbs/04_llm.ipynb #b60db4ca
-FINISH_REASONS = ("stop", "length", "eos")
-
 @dataclass
 class Completion:
     "One generated continuation: text (stop string excluded), token counts, why it ended, which stop string matched."
     text: str
     prompt_tokens: int
     completion_tokens: int
-    finish_reason: str          # one of FINISH_REASONS
-    stop: str | None = None     # the stop string that matched when finish_reason == "stop"
+    finish_reason: TurnEnd      # STOP, LENGTH or EOS
+    stop: str | None = None     # the stop string that matched when finish_reason is TurnEnd.STOP
 
 class BackendError(RuntimeError):
     "A backend could not produce a completion (after its retries); never turned into an empty answer."
@@ -54,13 +43,6 @@ class Backend(ABC):
     def generate(self, prompts: list[str], stop: Sequence[str] | None = None, max_new_tokens: int = 256,
                  temperature: float = 0.0, seed: int | None = None) -> list[Completion]:
         "One `Completion` per prompt, in order."
-
-def first_stop(text: str, stop: Sequence[str] | None) -> tuple[int, str] | None:
-    "`(index, stop_string)` of the earliest stop string in `text` (the longest one on a tie), or None."
-    hits = [(i, -len(s), s) for s in (stop or ()) if s and (i := text.find(s)) >= 0]
-    if not hits: return None
-    i, _, s = min(hits)
-    return i, s
 
 # %% ../nbs/04_llm.ipynb #579bfca5
 def _count_words(text: str) -> int: return len(text.split())
@@ -89,181 +71,16 @@ class ScriptedBackend(Backend):
         if not isinstance(text, str):
             raise TypeError(f"policy {self.policy!r} returned {type(text).__name__}, expected str")
         cut = self._truncate(text, max_new_tokens)             # a model runs out of budget before it can see a stop
-        hit, pt = first_stop(cut, stop), self.count_tokens(prompt)
+        hit, pt = find_stop(cut, stop), self.count_tokens(prompt)
         if hit:
             i, s = hit
-            return Completion(cut[:i], pt, min(self.count_tokens(cut[:i] + s), max_new_tokens), "stop", s)
-        return Completion(cut, pt, self.count_tokens(cut), "length" if cut != text else "eos")
+            return Completion(cut[:i], pt, min(self.count_tokens(cut[:i] + s), max_new_tokens), TurnEnd.STOP, s)
+        return Completion(cut, pt, self.count_tokens(cut), TurnEnd.LENGTH if cut != text else TurnEnd.EOS)
 
     def generate(self, prompts: list[str], stop: Sequence[str] | None = None, max_new_tokens: int = 256,
                  temperature: float = 0.0, seed: int | None = None) -> list[Completion]:
         "Run the policy on each prompt; cut at the first stop string or the token budget."
         return [self._one(p, stop, max_new_tokens) for p in prompts]
-
-# %% ../nbs/04_llm.ipynb #9f66f337
-PAD, EOS, IM_START, IM_END = "<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"
-SPECIAL_TOKENS = (PAD, EOS, IM_START, IM_END)
-TAG_TOKENS = tuple(open_tag(t) for t in ALL_TAGS) + tuple(close_tag(t) for t in ALL_TAGS)
-
-CHAT_TEMPLATE = ("{%- for message in messages -%}"
-                 "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' -}}"
-                 "{%- endfor -%}"
-                 "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}")
-
-# A word with the space before it, 1-3 digits, a run of symbols (neither takes a space), whitespace: BPE merges stay inside one
-# piece. Llama 3's pattern, except that symbols do not take a leading space either (so `(13+3)` copies as it is).
-COPY_SAFE_PATTERN = r" ?\p{L}+|\p{N}{1,3}|[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-ISOLATED_SPACE_PATTERN = r"\p{L}+|\p{N}| +|[^\s\p{L}\p{N}]+|\s"   # measured and rejected: see "Copy-consistent tokens"
-
-def copy_safe_pre_tokenizer(pattern: str = COPY_SAFE_PATTERN) -> pre_tokenizers.PreTokenizer:
-    "Pieces by `pattern`, then bytes: a number is the same ids wherever it stands, a word wherever a space precedes it."
-    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
-                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-
-def gpt2_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
-    "GPT-2's byte-level pre-tokenizer (a leading space fused into the next word, digits in runs): the project's first choice."
-    return pre_tokenizers.ByteLevel(add_prefix_space=False)
-
-def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048, min_frequency: int = 2, model_max_length: int = 4096,
-                    pre_tokenizer: pre_tokenizers.PreTokenizer | None = None) -> PreTrainedTokenizerFast:
-    "Train a byte-level BPE on `texts` (copy-safe pieces by default) with the CoA tags as single tokens and a Qwen-style chat template."
-    n_merge_vocab = vocab_size - len(TAG_TOKENS)
-    if n_merge_vocab < len(SPECIAL_TOKENS) + 256:
-        raise ValueError(f"vocab_size={vocab_size} is too small: need > {len(SPECIAL_TOKENS) + 256 + len(TAG_TOKENS)}")
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizer if pre_tokenizer is not None else copy_safe_pre_tokenizer()
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=n_merge_vocab, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator((t for t in texts if isinstance(t, str) and t), trainer)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, chat_template=CHAT_TEMPLATE,
-                                   model_max_length=model_max_length, padding_side="left")
-
-def apply_chat_template(tokenizer, prompt: str | list[dict], system: str | None = None,
-                        add_generation_prompt: bool = True) -> str:
-    "Render a user prompt (or a list of chat messages) with the tokenizer's chat template, ready for the assistant's turn."
-    if not getattr(tokenizer, "chat_template", None):
-        raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', tokenizer)!r} has no chat template")
-    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-    if system is not None and (not messages or messages[0].get("role") != "system"):
-        messages = [{"role": "system", "content": system}] + messages
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
-
-
-# %% ../nbs/04_llm.ipynb #47f8cbdb
-_COPY_UNIT = re.compile(r"(?<![\w.])(?:\d{2,}|[A-Z][a-z]+(?: [A-Z][a-z]+)*)(?![\w])")   # a number or a capitalised name
-COPY_TARGETS = TOOL_TAGS + ("suggested_answer", "answer")
-
-def copied_spans(prompt: str, completion: str) -> list[tuple[int, int, list[int]]]:
-    "`(start, end, source_starts)` in `prompt + completion` of each copied span: a tool argument or answer (whole, or a name or number in it; with the space before it) found verbatim in the prompt or an earlier observation."
-    text, off = prompt + completion, len(prompt)
-    sources, out = [(0, len(prompt))], []
-    for s in parse_coa(completion):
-        if s.tag == OBSERVATION: sources.append((off + s.start, off + s.end))
-        if s.tag not in COPY_TARGETS: continue
-        body, stripped = off + s.start + len(open_tag(s.tag)), s.content.strip()
-        units = [(body + s.content.find(stripped), stripped)] if stripped else []
-        units += [(body + m.start(), m.group(0)) for m in _COPY_UNIT.finditer(s.content)]
-        for a, unit in dict.fromkeys(units):
-            if a > 0 and text[a - 1] == " " and unit[0].isalpha(): a, unit = a - 1, " " + unit   # a word carries its space
-            found = [x + m.start() for x, y in sources for m in re.finditer(re.escape(unit), text[x:y])]
-            if found: out.append((a, a + len(unit), found))
-    return out
-
-def _span_ids(ids: list[int], offsets: list[tuple[int, int]], a: int, b: int) -> tuple[int, ...] | None:
-    "The ids of the tokens covering [a, b), or None when the span does not start and end on token boundaries."
-    i = bisect.bisect_right([e for _, e in offsets], a)
-    j = i
-    while j < len(offsets) and offsets[j][0] < b: j += 1
-    if i == j or offsets[i][0] != a or offsets[j - 1][1] != b: return None
-    return tuple(ids[i:j])
-
-def copyability(tokenizer, rows: Iterable[dict]) -> dict[str, float]:
-    "Per task kind (and 'all'): the share of copied spans whose token ids equal those of a source occurrence."
-    hits: dict[str, list[int]] = {}
-    for r in rows:
-        enc = tokenizer(r["prompt"] + r["completion"], add_special_tokens=False, return_offsets_mapping=True)
-        ids, offsets = enc["input_ids"], enc["offset_mapping"]
-        for a, b, found in copied_spans(r["prompt"], r["completion"]):
-            target = _span_ids(ids, offsets, a, b)
-            ok = target is not None and any(_span_ids(ids, offsets, x, x + b - a) == target for x in found)
-            for k in (r["kind"], "all"):
-                h = hits.setdefault(k, [0, 0]); h[0] += ok; h[1] += 1
-    return {k: h[0] / h[1] for k, h in hits.items()}
-
-
-# %% ../nbs/04_llm.ipynb #77b3f75a
-class TokenCounter:
-    "Exact token counts of `tokenizer` (no special tokens added); pieces between added tokens are cached."
-    def __init__(self, tokenizer=None, cache_size: int = 200_000):
-        self.tokenizer, self.cache_size, self.cache, self.split_re = tokenizer, cache_size, {}, None
-        if tokenizer is None: return
-        added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-        clean = all(not (t.lstrip or t.rstrip or t.single_word) for t in added.values())
-        names = sorted((t.content for t in added.values()), key=len, reverse=True)
-        if clean and names: self.split_re = re.compile("|".join(map(re.escape, names)))
-        self._encode = tokenizer.backend_tokenizer.encode if hasattr(tokenizer, "backend_tokenizer") else None
-
-    def _full(self, text: str) -> int:
-        if self._encode is not None: return len(self._encode(text, add_special_tokens=False).ids)
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def _piece(self, s: str) -> int:
-        n = self.cache.get(s)
-        if n is None:
-            n = self._full(s)
-            if len(self.cache) >= self.cache_size: self.cache.clear()
-            self.cache[s] = n
-        return n
-
-    def __call__(self, text: str) -> int:
-        "Number of tokens of `text` (whitespace-separated words when there is no tokenizer)."
-        if not text: return 0
-        if self.tokenizer is None: return len(text.split())
-        if self.split_re is None: return self._full(text)
-        n, pos = 0, 0
-        for m in self.split_re.finditer(text):
-            if m.start() > pos: n += self._piece(text[pos:m.start()])
-            n, pos = n + 1, m.end()
-        return n + (self._piece(text[pos:]) if pos < len(text) else 0)
-
-# %% ../nbs/04_llm.ipynb #fd0ca59c
-def world_pages(tasks: Iterable[dict], max_worlds: int = 200) -> list[str]:
-    "The page texts of the worlds of `tasks` (up to `max_worlds` distinct worlds, in order of first appearance)."
-    texts, seen = [], set()
-    for t in tasks:
-        cid = task_meta(t).get("corpus_id")
-        if cid and cid not in seen and len(seen) < max_worlds:
-            seen.add(cid); texts += list(corpus_for_task(t)["text"])
-    return texts
-
-def _tokenizer_texts(tasks: Iterable[dict], max_worlds: int = 200) -> list[str]:
-    "Texts the student's tokenizer is trained on: task texts plus the pages of (up to `max_worlds`) of their worlds."
-    tasks = list(tasks)
-    texts = []
-    for t in tasks:
-        texts += [t["question"], t["answer"]]
-        m = task_meta(t)
-        if "reference" in m: texts.append(m["reference"])
-    return texts + world_pages(tasks, max_worlds)
-
-def student_tokenizer(run_dir, profile: str = "smoke", vocab_size: int = 2048) -> PreTrainedTokenizerFast:
-    "The student's BPE tokenizer of the run (artifact `student_tokenizer`), trained on the training tasks and their pages."
-    check_profile(profile)
-    run_dir = resolve_run_dir(run_dir)
-    def build(path: Path):
-        train = build_task_splits(run_dir, TaskConfig.for_profile(profile))["train"]
-        tok = build_tokenizer(_tokenizer_texts(train), vocab_size=vocab_size)
-        atomic_dir(path, lambda tmp: tok.save_pretrained(str(tmp)))
-    return load_or_build(run_dir, "student_tokenizer", build, load_tokenizer)
-
-def load_tokenizer(path_or_name) -> PreTrainedTokenizerFast:
-    "The tokenizer saved at `path_or_name` exactly as saved (a local `tokenizer.json` as is); a hub name through `AutoTokenizer`."
-    p = Path(str(path_or_name))
-    if (p / "tokenizer.json").is_file(): return PreTrainedTokenizerFast.from_pretrained(str(p))
-    return AutoTokenizer.from_pretrained(str(path_or_name))
-
 
 # %% ../nbs/04_llm.ipynb #74256353
 @dataclass(frozen=True)
@@ -361,7 +178,7 @@ class HFBackend(Backend):
                  temperature: float = 0.0, seed: int | None = None) -> list[Completion]:
         "Generate for each prompt in batches of `batch_size`; one Completion per prompt, in order."
         enc = [self.tokenizer(self.render(p), add_special_tokens=not self.chat)["input_ids"] for p in prompts]
-        if max_new_tokens <= 0: return [Completion("", len(e), 0, "length") for e in enc]
+        if max_new_tokens <= 0: return [Completion("", len(e), 0, TurnEnd.LENGTH) for e in enc]
         order = sorted(range(len(enc)), key=lambda i: -len(enc[i]))
         out: list[Completion | None] = [None] * len(enc)
         rng = torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
@@ -389,11 +206,11 @@ class HFBackend(Backend):
         decode = lambda t: self.tokenizer.decode(t, skip_special_tokens=False)
         if stopped_at is not None:
             text = decode(new[:stopped_at])
-            hit = first_stop(text, stop)
-            if hit: return Completion(text[:hit[0]], n_prompt, stopped_at, "stop", hit[1])
+            hit = find_stop(text, stop)
+            if hit: return Completion(text[:hit[0]], n_prompt, stopped_at, TurnEnd.STOP, hit[1])
         end = next((k for k, t in enumerate(new) if t in self.eos_ids), None)
-        if end is not None: return Completion(decode(new[:end]), n_prompt, end + 1, "eos")
-        return Completion(decode(new), n_prompt, len(new), "length")
+        if end is not None: return Completion(decode(new[:end]), n_prompt, end + 1, TurnEnd.EOS)
+        return Completion(decode(new), n_prompt, len(new), TurnEnd.LENGTH)
 
 # %% ../nbs/04_llm.ipynb #2d70d074
 def load_policy(path_or_model, tokenizer=None, device: str = "cpu", dtype=None, batch_size: int = 32,
@@ -438,14 +255,14 @@ class OpenAIBackend(Backend):
         except (AttributeError, IndexError, TypeError, ValueError) as e:
             raise _Malformed(f"response without choices/text/usage: {str(resp)[:200]}") from e
         if not isinstance(text, str): raise _Malformed(f"no text in the response: {str(resp)[:200]}")
-        if reason == "length": return Completion(text, pt, ct, "length")
+        if reason == "length": return Completion(text, pt, ct, TurnEnd.LENGTH)
         if reason != "stop": raise _Malformed(f"unexpected finish_reason {reason!r}")
         extra = getattr(choice, "model_extra", None) or {}
         if "stop_reason" not in extra:                    # the server does not say whether a stop string matched
-            return Completion(text, pt, ct, "stop") if stop else Completion(text, pt, ct, "eos")
+            return Completion(text, pt, ct, TurnEnd.STOP) if stop else Completion(text, pt, ct, TurnEnd.EOS)
         sr = extra["stop_reason"]
-        return Completion(text, pt, ct, "stop", sr) if isinstance(sr, str) and sr in (stop or ()) else \
-            Completion(text, pt, ct, "eos")
+        return Completion(text, pt, ct, TurnEnd.STOP, sr) if isinstance(sr, str) and sr in (stop or ()) else \
+            Completion(text, pt, ct, TurnEnd.EOS)
 
     def _one(self, prompt, stop, max_new_tokens: int, temperature: float, seed: int | None) -> Completion:
         import openai
@@ -521,3 +338,11 @@ def llm_judge(question: str, gold: str, prediction: str | None, backend: Backend
         if verdict is not None: return verdict
         replies.append(reply)
     raise JudgeError(f"judge gave no verdict in {retries + 1} tries; last reply: {replies[-1][:200]!r}")
+
+# %% ../nbs/04_llm.ipynb #ce0c8de9
+def judge_with(backend: Backend, retries: int = 2) -> Callable[[str, str, str | None], bool]:
+    "A judge callable `(question, gold, prediction) -> bool` that asks `backend` through `llm_judge`."
+    def judge(question: str, gold: str, prediction: str | None) -> bool:
+        return llm_judge(question, gold, prediction, backend, retries=retries)
+    return judge
+

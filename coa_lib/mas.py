@@ -4,34 +4,29 @@
 
 # %% ../nbs/05_teacher_mas.ipynb #78836779
 from __future__ import annotations
-import hashlib, json, random, re, shutil, threading, time
+import json, re, time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
-from datasets import Dataset, concatenate_datasets, load_from_disk
+from datasets import Dataset
 from tqdm.auto import tqdm
 
-from .core import (atomic_dir, atomic_write_json, atomic_write_text, check_profile, load_or_build, read_json,
-                          resolve_run_dir, save_dataset, stable_hash)
-from .format import STOP_STRINGS, close_tag, extract_answer, find_tool_call, format_observation, open_tag, parse_coa
-from .llm import IM_END, IM_START, Backend, BackendError, ScriptedBackend, TokenCounter, student_tokenizer
-from .rewards import check_24, score
-from .core import QA_KINDS, TASK_KINDS, task_meta
-from .tasks import build_task_splits, TaskConfig
+from .core import atomic_write_text, resolve_run_dir, stable_hash
+from .format import close_tag, extract_answer, find_tool_call, format_observation, open_tag, tag_content
+from .llm import Backend
+from .rewards import score
+from .tokenizer import IM_START, TokenCounter, chat_block
 from .tools import ToolBox
 
 # %% auto #0
-__all__ = ['RATINGS', 'CRITERIA', 'REPORT_CLOSE', 'ROLE_SPECS', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'MAIN_THREAD_SCORED',
-           'TRACE_COLUMNS', 'Role', 'RoleSpec', 'chat_block', 'render_prompt', 'Step', 'render_context',
-           'render_instruction', 'tag_content', 'parse_report', 'parse_plan', 'parse_json_object', 'parse_review',
-           'parse_verdict', 'MistakeKnobs', 'ParsedPrompt', 'read_prompt', 'step_groups', 'unseen_numbers',
-           'plan_steps', 'planner_policy', 'search_policy', 'code_policy', 'critic_policy', 'verifier_policy',
-           'answerer_policy', 'ScriptedTeacher', 'AgentCall', 'MASLimits', 'finish_trace', 'MAS', 'trace_record',
-           'trace_calls', 'show_trace', 'DeadTools', 'rows_to_dataset', 'run_teacher', 'TeacherConfig',
-           'run_teacher_stage', 'teacher_eval', 'teacher_summary', 'plot_teacher_cost']
+__all__ = ['RATINGS', 'CRITERIA', 'REPORT_CLOSE', 'ROLE_SPECS', 'MAIN_THREAD_SCORED', 'TRACE_COLUMNS', 'Role', 'RoleSpec',
+           'render_prompt', 'Step', 'render_context', 'render_instruction', 'parse_report', 'parse_plan',
+           'parse_json_object', 'parse_review', 'parse_verdict', 'AgentCall', 'MASLimits', 'finish_trace', 'MAS',
+           'trace_record', 'trace_calls', 'show_trace', 'DeadTools', 'rows_to_dataset', 'run_teacher',
+           'teacher_summary', 'plot_teacher_cost']
 
 # %% ../nbs/05_teacher_mas.ipynb #99c8f623
 class Role(str, Enum):
@@ -91,10 +86,6 @@ ROLE_SPECS: dict[Role, RoleSpec] = {s.role: s for s in (
 )}
 
 # %% ../nbs/05_teacher_mas.ipynb #6d8b44c1
-def chat_block(role: str, content: str) -> str:
-    "One message in the student's chat format."
-    return f"{IM_START}{role}\n{content}{IM_END}\n"
-
 def render_prompt(role: Role, context: str, instruction: str, history: str = "") -> str:
     "The prompt of one call: system, shared context, this call's instruction, then the agent's own turns so far."
     return (chat_block("system", ROLE_SPECS[role].system) + chat_block("user", context) + chat_block("user", instruction)
@@ -120,11 +111,6 @@ def render_instruction(mode: str, **fields: str) -> str:
 # %% ../nbs/05_teacher_mas.ipynb #165b1fa5
 _STEP_RE = re.compile(r"^\s*(\d{1,2})[.)]\s*\[(search_agent|code_agent)\]\s*(.+?)\s*$", re.M)
 _JSON_RE = re.compile(r"\{[^{}]*\}", re.S)
-
-def tag_content(text: str, tag: str) -> str | None:
-    "Content of the last `<tag>` span of `text` (closed or not), stripped; None if there is none."
-    segs = [s for s in parse_coa(text) if s.tag == tag]
-    return segs[-1].content.strip() if segs else None
 
 _REPORT_RE = re.compile(r"<report>(.*?)(?:</report>|\Z)", re.S)
 
@@ -164,351 +150,6 @@ def parse_verdict(text: str) -> tuple[int, str]:
     try: s = int(s)
     except (TypeError, ValueError): s = 0
     return (s if 1 <= s <= 4 else 0), str(obj.get("reason", "") if obj else (text or ""))[:500]
-
-# %% ../nbs/05_teacher_mas.ipynb #8a1f0e65
-@dataclass(frozen=True)
-class MistakeKnobs:
-    "Error rates of the scripted teacher (see the table above)."
-    vague_query_p: float = 0.05
-    misread_p: float = 0.06
-    arithmetic_slip_p: float = 0.08
-    skip_check_p: float = 0.1
-    critic_detect_p: float = 0.8
-    retry_scale: float = 0.25
-
-    @classmethod
-    def perfect(cls) -> MistakeKnobs:
-        "A teacher that never errs (and never skips a check)."
-        return cls(0.0, 0.0, 0.0, 0.0, 1.0, 0.0)
-
-_MSG_RE = re.compile(re.escape(IM_START) + r"(\w+)\n(.*?)" + re.escape(IM_END), re.S)
-_FIND_RE = re.compile(r"^\[step (\d+) \| (\w+)\] (.*?)(?=^\[step \d+ \||\Z)", re.S | re.M)
-_INT_RE = re.compile(r"(?<![\w.])-?\d+(?![\w.])")
-
-@dataclass
-class ParsedPrompt:
-    "What the scripted policy reads from a prompt."
-    role: str
-    question: str
-    fields: dict[str, str]
-    findings: dict[int, str]
-    context: str
-    history: str
-
-def read_prompt(prompt: str) -> ParsedPrompt:
-    "Split a prompt made by `render_prompt` into role, question, instruction fields, findings and agent history."
-    msgs = _MSG_RE.findall(prompt)
-    system = msgs[0][1] if msgs else ""
-    role = system.split("\n", 1)[0].removeprefix("Role: ").strip()
-    context = msgs[1][1] if len(msgs) > 1 else ""
-    instr = msgs[2][1] if len(msgs) > 2 else ""
-    q = re.match(r"Question: (.*?)\nPlan:", context, re.S)
-    fields, key = {}, None
-    for line in instr.split("\n"):
-        m = re.match(r"^([A-Z][a-z ]+): ?(.*)$", line)
-        if m and (key is None or key != "Suggested answer"):
-            key = m.group(1); fields[key] = m.group(2)
-        elif key is not None: fields[key] += "\n" + line
-    fblock = context.split("\nFindings:\n", 1)[-1] if "\nFindings:\n" in context else ""
-    findings = {int(m.group(1)): m.group(3).strip() for m in _FIND_RE.finditer(fblock)}
-    marker = f"{IM_START}assistant\n"
-    history = prompt[prompt.rfind(marker) + len(marker):] if marker in prompt else ""
-    return ParsedPrompt(role, q.group(1) if q else "", fields, findings, context, history)
-
-# %% ../nbs/05_teacher_mas.ipynb #27877b99
-_SENT_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
-
-def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENT_SPLIT.split(text) if len(s.strip()) > 3]
-
-def _observations(history: str) -> list[tuple[str, str, str]]:
-    "(tool, argument, observation) of each tool call in an agent's own turns."
-    segs = [s for s in parse_coa(history) if s.tag is not None]
-    out = []
-    for a, b in zip(segs, segs[1:]):
-        if a.tag in ("web_search", "crawl_page", "code") and b.tag == "observation": out.append((a.tag, a.content.strip(), b.content))
-    return out
-
-def _contains(hay: str, needle: str) -> bool:
-    return bool(needle) and needle.casefold() in hay.casefold()
-
-def _gold_steps(task: dict) -> list[dict]:
-    return list(task["_meta"].get("path") or [])
-
-def step_groups(task: dict) -> list[list[int]]:
-    "Plan steps of the lookups: consecutive gold lookups of the same page form one step (indices into the gold path)."
-    path, groups = _gold_steps(task), []
-    for i, st in enumerate(path):
-        if st.get("tool") != "web_search": continue
-        if groups and path[groups[-1][-1]]["page"] == st["page"]: groups[-1].append(i)
-        else: groups.append([i])
-    return groups
-
-def _step_of(groups: list[list[int]], i: int) -> int:
-    return next(k for k, g in enumerate(groups, 1) if i in g)
-
-def _source_step(path: list[dict], groups: list[list[int]], i: int) -> int | None:
-    "The (1-based) earlier step whose fact names the page of path index i."
-    for k in range(i - 1, -1, -1):
-        if path[k].get("tool") == "web_search" and _contains(path[k]["fact"], path[i]["page"]): return _step_of(groups, k)
-    return None
-
-def unseen_numbers(code: str, visible: str) -> list[str]:
-    "Integer literals of `code` (other than the constants 0, 1, 2) that do not appear in `visible`."
-    return [n for n in _INT_RE.findall(code) if abs(int(n)) > 2
-            and not re.search(rf"(?<!\d){re.escape(n.lstrip('-'))}(?!\d)", visible)]
-
-def _answer_like(sentence: str, avoid: str) -> str:
-    "A value a careless reader would take from `sentence`: its last number, else its last capitalised name not in `avoid`."
-    nums = re.findall(r"\d{3,}", sentence)
-    if nums: return nums[-1]
-    names = [n for n in re.findall(r"[A-Z][a-z]+(?: [A-Z][a-z]+)*", sentence) if not _contains(avoid, n)]
-    return names[-1] if names else "unknown"
-
-# %% ../nbs/05_teacher_mas.ipynb #93836ab1
-def plan_steps(task: dict) -> list[tuple[str, str]]:
-    "The (agent, sub-task) steps a competent planner writes for `task`."
-    kind, path, q = task["kind"], _gold_steps(task), task["question"]
-    steps, groups = [], step_groups(task)
-    for g in groups:
-        page = path[g[0]]["page"]
-        src = _source_step(path, groups, g[0]) if not _contains(q, page) else None
-        steps.append(("search_agent", f"Look up {f'the entity found in step {src}' if src else page}."))
-    if kind == "mixed": steps.append(("code_agent", "Compute the answer from the findings."))
-    elif kind == "math": steps.append(("code_agent", "Compute the answer from the question's numbers."))
-    elif kind == "game24": steps.append(("code_agent", "Try every way to make 24 from the four numbers."))
-    elif kind == "code": steps.append(("code_agent", "Write the function and test the example."))
-    return steps
-
-def _feedback_steps(feedback: str, steps: list[tuple[str, str]]) -> list[int]:
-    "The steps the feedback names, plus every step that builds on their findings (all steps if it names none)."
-    n = len(steps)
-    redo = {int(x) for x in re.findall(r"step (\d+)", feedback or "", re.I) if 1 <= int(x) <= n}
-    if not redo: return list(range(1, n + 1))
-    for k, (agent, text) in enumerate(steps, 1):
-        refs = {int(x) for x in re.findall(r"found in step (\d+)", text)}
-        if refs & redo or (agent == "code_agent" and redo - {k}): redo.add(k)
-    return sorted(redo)
-
-def _suggest(task: dict, findings: dict[int, str]) -> str:
-    "The answer the findings support, computed the way the question asks; 'unknown' if they do not."
-    kind, path = task["kind"], _gold_steps(task)
-    if kind in ("mixed", "math", "game24"):
-        last = findings.get(max(findings)) if findings else None
-        m = re.search(r"Result: (.+)", last or "")
-        return m.group(1).strip() if m else "unknown"
-    if kind == "code":
-        last = findings.get(max(findings)) if findings else ""
-        m = re.search(r"```python\n(.*?)```", last or "", re.S)
-        return m.group(1).strip() if m and "example passed" in last else "unknown"
-    if kind == "comparison":
-        ents, template = task["_meta"].get("entities", []), task["_meta"].get("template", "")
-        groups = step_groups(task)
-        vals = []
-        for e, k in zip(ents, (_step_of(groups, len(path) // 2 - 1), _step_of(groups, len(path) - 1))):
-            nums = re.findall(r"\d{3,}", findings.get(k, ""))
-            vals.append(int(nums[-1]) if nums else None)
-        if len(ents) != 2 or None in vals or vals[0] == vals[1]: return "unknown"
-        pick = max if template.endswith(".max") else min
-        return ents[vals.index(pick(vals))]
-    n = len(step_groups(task))
-    last = findings.get(n, "")
-    if not last or last.startswith("Not found"): return "unknown"
-    gold = task["answer"]
-    return gold if _contains(last, gold) else _answer_like(last, " ".join(findings.get(k, "") for k in range(1, n)))
-
-def planner_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs) -> str:
-    "The scripted planner: plan, re-plan from feedback, or suggest an answer."
-    mode = p.fields.get("Mode", "plan")
-    steps = plan_steps(task)
-    if mode == "suggest":
-        ans = _suggest(task, p.findings)
-        return f"<think>Reading the findings to settle the answer.</think>\n<suggested_answer>{ans}</suggested_answer>"
-    if mode == "replan":
-        redo = _feedback_steps(p.fields.get("Feedback", ""), steps)
-        lines = "\n".join(f"{k}. [{steps[k - 1][0]}] {steps[k - 1][1]} Check carefully." for k in redo)
-        which = f"step {redo[0]}" if len(redo) == 1 else "steps " + ", ".join(map(str, redo))
-        return f"<think>Following the feedback I redo {which}.</think>\n<plan>\n{lines}\n</plan>"
-    lines = "\n".join(f"{k}. [{a}] {t}" for k, (a, t) in enumerate(steps, 1))
-    return f"<plan>\n{lines}\n</plan>"
-
-# %% ../nbs/05_teacher_mas.ipynb #5c9a6106
-def _p(knobs: MistakeKnobs, p: float, retry: bool) -> float:
-    return p * knobs.retry_scale if retry else p
-
-def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs) -> str:
-    "The scripted search agent: one turn (a tool call or a report)."
-    try: k = int(p.fields.get("Step", "0"))
-    except ValueError: k = 0
-    path, groups, retry = _gold_steps(task), step_groups(task), "Check carefully" in p.fields.get("Task", "")
-    if not 1 <= k <= len(groups):
-        return "<think>There is nothing for me to look up in this step.</think>\n<report>Not found: no such lookup step.</report>"
-    obs = _observations(p.history)
-    page, facts = path[groups[k - 1][0]]["page"], [path[i]["fact"] for i in groups[k - 1]]
-    visible = p.question + "\n" + "\n".join(p.findings.values())
-    seen_text = "\n".join(o for _, _, o in obs)
-    if all(_contains(seen_text, f) for f in facts):
-        if rng.random() < _p(knobs, knobs.misread_p, retry):
-            others = [s for s in _sentences(seen_text) if not any(_contains(s, f) or _contains(f, s) for f in facts)
-                      and re.search(r"\d{3,}|[A-Z][a-z]+ [A-Z]", s)]
-            if others:
-                facts = facts[:-1] + [rng.choice(others)]
-                return f"<think>This looks like what I need.</think>\n<report>{' '.join(facts)}</report>"
-        return f"<think>The observation states what step {k} needs.</think>\n<report>{' '.join(facts)}</report>"
-    if not _contains(visible, page):
-        return f"<think>I do not know which entity to look up: the findings do not name it.</think>\n<report>Not found: the entity of step {k} is unknown.</report>"
-    if not obs:
-        if retry:
-            return f"<think>I will read the page of {page} itself, carefully.</think>\n<crawl_page>{page}</crawl_page>"
-        if rng.random() < _p(knobs, knobs.vague_query_p, retry):
-            words = [w for w in re.findall(r"[A-Za-z]+", p.question) if not _contains(page, w)][:6]
-            return f"<think>I will search for the topic of the question.</think>\n<web_search>{' '.join(words) or 'encyclopedia'}</web_search>"
-        return f"<think>I will search for {page}.</think>\n<web_search>{page}</web_search>"
-    if len(obs) == 1 and obs[0][0] == "web_search" and not _contains(obs[0][1], page):
-        return f"<think>The results do not mention what I need.</think>\n<report>Not found: the search returned nothing relevant.</report>"
-    crawled = {a.casefold() for t, a, _ in obs if t == "crawl_page"}
-    if _contains(seen_text, page) and page.casefold() not in crawled:
-        return f"<think>The page {page} is in the results but the snippet lacks the fact; I will read it.</think>\n<crawl_page>{page}</crawl_page>"
-    searched = {a.casefold() for t, a, _ in obs if t == "web_search"}
-    if page.casefold() not in searched:
-        return f"<think>I will search for {page} by name.</think>\n<web_search>{page}</web_search>"
-    return f"<think>Neither the results nor the page state it.</think>\n<report>Not found: no observation states the fact.</report>"
-
-# %% ../nbs/05_teacher_mas.ipynb #005318aa
-GAME24_PROGRAM = '''from fractions import Fraction as F
-from itertools import permutations
-def solve(xs):
-    if len(xs) == 1: return xs[0][1][1:-1] if xs[0][0] == 24 else None
-    for (a, x), (b, y), *rest in permutations(xs):
-        for v, e in ((a + b, "+"), (a - b, "-"), (a * b, "*"), (a / b if b else None, "/")):
-            if v is not None and (r := solve(rest + [(v, f"({{x}}{{e}}{{y}})")])): return r
-print(solve([(F(n), str(n)) for n in {nums}]) or "no solution")'''
-
-def _slip(code: str, rng: random.Random) -> str:
-    "The code with one integer literal changed (a mistyped operand or an off-by-one bug)."
-    lits = list(re.finditer(r"(?<![\w.])\d+(?![\w.])", code))
-    if not lits: return code.replace("<", "<=", 1) if "<" in code else code + "\n"
-    m = rng.choice(lits)
-    v = int(m.group(0)); w = v + rng.choice([-1, 1]) * (1 if v < 10 else rng.randint(1, 9))
-    return code[:m.start()] + str(max(w, 0) if v >= 0 else w) + code[m.end():]
-
-def _example_test(task: dict) -> str | None:
-    "A test of the example given in a code question: `assert f(args) == value` plus a print."
-    m = re.search(r"For example, `(.+?)` returns `(.+?)`\.", task["question"])
-    return f"assert {m.group(1)} == {m.group(2)}\nprint('example passed')" if m else None
-
-def code_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs) -> str:
-    "The scripted code agent: one turn (a code call or a report)."
-    kind, obs, retry = task["kind"], _observations(p.history), "Check carefully" in p.fields.get("Task", "")
-    slip = rng.random() < _p(knobs, knobs.arithmetic_slip_p, retry)
-    if obs:
-        code, out = obs[-1][1], obs[-1][2].strip()
-        if kind == "code":
-            ok = out.endswith("example passed")
-            src = code.split("\nassert ", 1)[0]
-            return (f"<think>{'The example passes.' if ok else 'The test failed.'}</think>\n"
-                    f"<report>{'example passed' if ok else 'example FAILED: ' + out[-200:]}\n```python\n{src}\n```</report>")
-        if not out or "Error" in out or "Traceback" in out:
-            return f"<think>The code failed.</think>\n<report>Failed: {out[-200:]}</report>"
-        return f"<think>The program printed the result.</think>\n<report>Result: {out.splitlines()[-1]}</report>"
-    if kind == "game24":
-        hand = [int(x) for x in task["_meta"].get("hand", [])]
-        if slip and hand: hand[rng.randrange(len(hand))] += 1
-        return f"<think>I will try every order and operator with exact fractions.</think>\n<code>{GAME24_PROGRAM.format(nums=hand)}</code>"
-    if kind == "code":
-        src, test = task["_meta"].get("reference", ""), _example_test(task)
-        if slip: src = _slip(src, rng)
-        if not src or test is None: return "<think>I cannot write this function.</think>\n<report>Failed: no example to test.</report>"
-        return f"<think>I will write the function and check the example.</think>\n<code>{src.rstrip()}\n{test}</code>"
-    gold = [s for s in _gold_steps(task) if s.get("tool") == "code"]
-    if not gold: return "<think>There is nothing to compute.</think>\n<report>Failed: no computation in this task.</report>"
-    code = gold[-1]["code"]
-    visible = p.question + "\n" + "\n".join(p.findings.values())
-    missing = unseen_numbers(code, visible)
-    if missing:
-        return f"<think>The findings do not give me {', '.join(missing[:3])}.</think>\n<report>Failed: missing values in the findings.</report>"
-    if slip: code = _slip(code, rng)
-    return f"<think>I will compute it with the numbers I have.</think>\n<code>{code}</code>"
-
-# %% ../nbs/05_teacher_mas.ipynb #63db6f64
-def _step_ok(task: dict, k: int, report: str) -> bool:
-    "Oracle check of one finding: a search step must report its gold fact; a code step must not have failed."
-    path, groups = _gold_steps(task), step_groups(task)
-    if 1 <= k <= len(groups): return all(_contains(report, path[i]["fact"]) for i in groups[k - 1])
-    return not report.startswith(("Failed", "Not found")) and "FAILED" not in report
-
-def critic_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs) -> str:
-    "The scripted critic: rate the three criteria, naming the first bad step."
-    r = {c: "good" for c in CRITERIA}
-    comment = "Consistent; go on."
-    if rng.random() >= knobs.skip_check_p:
-        bad = [k for k, rep in sorted(p.findings.items()) if not _step_ok(task, k, rep)]
-        if bad and rng.random() < knobs.critic_detect_p:
-            k, rep = bad[0], p.findings[bad[0]]
-            if rep.startswith(("Not found", "Failed")) or "FAILED" in rep:
-                r["tool_effectiveness"] = "poor"; comment = f"Step {k} got nothing usable from its tools; redo step {k} with a precise call."
-            else:
-                r["information_conflict"] = "poor"; comment = f"The finding of step {k} does not fit the question; redo step {k} and read carefully."
-            r["trajectory_monitoring"] = "average"
-    return json.dumps({**r, "comment": comment})
-
-def verifier_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs) -> str:
-    "The scripted verifier: score the suggested answer 1-4 with a reason."
-    ans = p.fields.get("Suggested answer", "").strip()
-    if rng.random() < knobs.skip_check_p:
-        return json.dumps({"score": 3, "reason": "Looks plausible (not re-checked)."})
-    kind = task["kind"]
-    if not ans or ans.lower() == "unknown":
-        bad = [k for k, rep in sorted(p.findings.items()) if not _step_ok(task, k, rep)]
-        where = f" Redo step {bad[0]}." if bad else ""
-        return json.dumps({"score": 1, "reason": "There is no answer." + where})
-    if kind == "game24":
-        ok = check_24(ans, [int(x) for x in task["_meta"].get("hand", [])])
-        return json.dumps({"score": 4 if ok else 1, "reason": "It evaluates to 24 with each number once." if ok else
-                           f"It does not make 24 from the given numbers; redo step {max(p.findings or [1])}."})
-    if kind in ("math", "mixed"):
-        code_step = max(p.findings) if p.findings else 1
-        code = p.fields.get("Code", "")
-        visible = p.question + "\n" + "\n".join(v for k, v in p.findings.items() if k != code_step)
-        missing = unseen_numbers(code, visible)
-        if missing: return json.dumps({"score": 2, "reason": f"The code uses {missing[0]}, which is not in the evidence; redo step {code_step}."})
-        if not code: return json.dumps({"score": 2, "reason": f"No computation backs the answer; redo step {code_step}."})
-        return json.dumps({"score": 4, "reason": "Every operand comes from the evidence and the result matches."})
-    if kind == "code":
-        last = p.findings.get(max(p.findings), "") if p.findings else ""
-        ok = "example passed" in last
-        return json.dumps({"score": 3 if ok else 1, "reason": "The example passes." if ok else "The example fails; redo step 1."})
-    if score(task, ans) == 1.0: return json.dumps({"score": 4, "reason": "The findings support it."})
-    bad = [k for k, rep in sorted(p.findings.items()) if not _step_ok(task, k, rep)]
-    if rng.random() >= knobs.critic_detect_p: return json.dumps({"score": 3, "reason": "Supported by the findings."})
-    return json.dumps({"score": 2, "reason": f"The evidence does not support it; redo step {bad[0] if bad else 1}."})
-
-def answerer_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs) -> str:
-    "The scripted answerer: the accepted suggestion, in the answer format."
-    ans = p.fields.get("Suggested answer", "").strip() or "unknown"
-    return f"<answer>{ans}</answer>"
-
-ROLE_POLICIES: dict[str, Callable] = {Role.PLANNER.value: planner_policy, Role.SEARCH.value: search_policy,
-                                      Role.CODE.value: code_policy, Role.CRITIC.value: critic_policy,
-                                      Role.VERIFIER.value: verifier_policy, Role.ANSWERER.value: answerer_policy}
-
-# %% ../nbs/05_teacher_mas.ipynb #ec540693
-class ScriptedTeacher:
-    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure."
-    def __init__(self, tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0):
-        self.knobs, self.seed, self.registry = knobs or MistakeKnobs(), seed, {}
-        for t in tasks:
-            t = dict(t); t["_meta"] = task_meta(t)
-            self.registry.setdefault(t["question"], t)
-
-    def __call__(self, prompt: str) -> str:
-        p = read_prompt(prompt)
-        task = self.registry.get(p.question)
-        policy = ROLE_POLICIES.get(p.role)
-        if task is None or policy is None:
-            return "<think>I do not know this task.</think>\n<report>Not found: unknown task.</report>"
-        rng = random.Random(int(hashlib.sha1(f"{self.seed}|{prompt}".encode()).hexdigest()[:16], 16))
-        return policy(task, p, rng, self.knobs)
 
 # %% ../nbs/05_teacher_mas.ipynb #fa35e6b8
 @dataclass
@@ -695,13 +336,11 @@ def rows_to_dataset(rows: list[dict]) -> Dataset:
     "Trace rows -> a Dataset with the trace columns (also when empty)."
     return Dataset.from_dict({c: [r[c] for r in rows] for c in TRACE_COLUMNS})
 
-def run_teacher(tasks, backend: Backend | None = None, tokenizer=None, *, knobs: MistakeKnobs | None = None,
-                limits: MASLimits = MASLimits(), run_dir=None, name: str = "teacher_traces", workers: int = 2,
+def run_teacher(tasks, backend: Backend, tokenizer=None, *, limits: MASLimits = MASLimits(), run_dir=None, name: str = "teacher_traces", workers: int = 2,
                 shard_size: int = 256, progress: bool = True, toolbox_fn: Callable | None = None,
-                on_shard: Callable[[int], None] | None = None, seed: int = 0) -> Dataset:
-    "Traces of the teacher MAS on `tasks` (scripted teacher when `backend` is None), in resumable shards."
+                on_shard: Callable[[int], None] | None = None) -> Dataset:
+    "Traces of the teacher MAS (every role played by `backend`) on `tasks`, in resumable shards."
     tasks = tasks.to_list() if isinstance(tasks, Dataset) else [dict(t) for t in tasks]
-    if backend is None: backend = ScriptedBackend(ScriptedTeacher(tasks, knobs, seed))
     mas = MAS(backend, TokenCounter(tokenizer), limits, toolbox_fn)
     root = resolve_run_dir(run_dir) / f"{name}.shards"
     root.mkdir(parents=True, exist_ok=True)
@@ -719,46 +358,6 @@ def run_teacher(tasks, backend: Backend | None = None, tokenizer=None, *, knobs:
             if on_shard is not None: on_shard(i)
     bar.close()
     return rows_to_dataset([r for p in paths for r in _read_shard(p)])
-
-# %% ../nbs/05_teacher_mas.ipynb #9f7a6fda
-@dataclass
-class TeacherConfig:
-    "Sizes and settings of the teacher stage."
-    profile: str = "smoke"
-    knobs: MistakeKnobs = field(default_factory=MistakeKnobs)
-    limits: MASLimits = field(default_factory=MASLimits)
-    workers: int = 2
-    shard_size: int = 64
-    eval_splits: tuple[str, ...] = ("dev", "test")
-    seed: int = 0
-
-    @classmethod
-    def for_profile(cls, profile: str) -> TeacherConfig:
-        "Smoke: the smoke task splits (a few dozen tasks); full: every full training task (~20,000), larger shards."
-        check_profile(profile)
-        return cls(profile=profile, shard_size=64 if profile == "smoke" else 512, workers=2 if profile == "smoke" else 4)
-
-def _stage(run_dir, cfg: TeacherConfig, name: str, split_names: Sequence[str], progress: bool) -> Dataset:
-    run_dir = resolve_run_dir(run_dir)
-    def build(path: Path):
-        splits = build_task_splits(run_dir, TaskConfig.for_profile(cfg.profile))
-        tasks = concatenate_datasets([splits[s] for s in split_names])
-        ds = run_teacher(tasks, tokenizer=student_tokenizer(run_dir, cfg.profile), knobs=cfg.knobs, limits=cfg.limits,
-                         run_dir=run_dir, name=name, workers=cfg.workers, shard_size=cfg.shard_size, progress=progress,
-                         seed=cfg.seed)
-        save_dataset(ds, path)
-    ds = load_or_build(run_dir, name, build, lambda p: load_from_disk(str(p)))
-    shutil.rmtree(run_dir / f"{name}.shards", ignore_errors=True)   # the saved dataset holds every trace now
-    return ds
-
-def run_teacher_stage(run_dir, cfg: TeacherConfig | None = None, progress: bool = True) -> Dataset:
-    "The teacher's traces on the run's training tasks (artifact `teacher_traces`)."
-    return _stage(run_dir, cfg or TeacherConfig(), "teacher_traces", ("train",), progress)
-
-def teacher_eval(run_dir, cfg: TeacherConfig | None = None, progress: bool = True) -> Dataset:
-    "The teacher's traces on the dev and test tasks (artifact `teacher_eval`): its accuracy and token cost there."
-    cfg = cfg or TeacherConfig()
-    return _stage(run_dir, cfg, "teacher_eval", cfg.eval_splits, progress)
 
 # %% ../nbs/05_teacher_mas.ipynb #7dcd30cc
 def teacher_summary(traces: Dataset):

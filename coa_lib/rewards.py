@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Iterable, Sequence
 
+from .sandbox import run_python
+
 # %% auto #0
 __all__ = ['SCORERS', 'normalize_answer', 'exact_match', 'f1_score', 'parse_number', 'math_equal', 'eval_24', 'check_24',
            'extract_code', 'SandboxUnavailableError', 'unit_test_reward', 'gold_answers', 'task_hand', 'Scorer',
@@ -226,7 +228,6 @@ class SandboxUnavailableError(RuntimeError):
 def unit_test_reward(code: str, tests: str | Sequence[str], entry_point: str | None = None,
                      timeout_s: float = 10.0, memory_mb: int = 512) -> float:
     "1.0 if `code` passes every test (assert statements) in the sandbox, else 0.0."
-    from coa_lib.tools import run_python
     if code is None or not str(code).strip(): return 0.0
     tests = [tests] if isinstance(tests, str) else list(tests)
     marker = f"ALL-TESTS-PASSED-{secrets.token_hex(8)}"
@@ -303,7 +304,7 @@ for _s in (Scorer("multihop", _score_qa, judgeable=True), Scorer("comparison", _
            Scorer("game24", _score_24), Scorer("code", _score_code)):
     register_scorer(_s)
 
-def score(task: dict, prediction: str | None, judge: Any = None) -> float:
+def score(task: dict, prediction: str | None, judge: Callable[[str, str, str], bool] | None = None) -> float:
     "The reward in [0, 1] of `prediction` for `task`, by the scorer of `task['kind']` (an LLM judge for QA if given)."
     scorer = SCORERS.get(task.get("kind"))
     if scorer is None:
@@ -311,6 +312,5 @@ def score(task: dict, prediction: str | None, judge: Any = None) -> float:
     if prediction is None or not str(prediction).strip(): return 0.0
     prediction = str(prediction)
     if judge is not None and scorer.judgeable:
-        from coa_lib.llm import llm_judge
-        return float(bool(llm_judge(task["question"], gold_answers(task)[0], prediction, judge)))
+        return float(bool(judge(task["question"], gold_answers(task)[0], prediction)))
     return float(scorer.fn(task, prediction))

@@ -4,313 +4,25 @@
 
 # %% ../nbs/08_rollout.ipynb #9ce27a2b
 from __future__ import annotations
-import json, math, time
-from collections import Counter, defaultdict, deque
-from dataclasses import dataclass, field
-from enum import Enum
-from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from collections import defaultdict, deque
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from tqdm.auto import tqdm
 
-from .core import atomic_write_json, check_profile, resolve_run_dir, save_dataset
-from .format import (COA, DIRECT, FORMATS, OBSERVATION, REACT, STOP_STRINGS, TagSet, ToolCall,
-                            close_tag, extract_answer, find_tool_call, format_observation, is_forged, open_tag,
-                            validate_coa)
+from .episode import Episode, EpisodeRun, FinishReason, Limits, TurnDecoder
+from .format import COA, STOP_STRINGS, TagSet, TurnEnd
+from .prompts import agent_prompt, as_tagset, has_chat_template
 
 # %% auto #0
-__all__ = ['TOOL_USAGE', 'SYSTEM_PROMPTS', 'FORGE_STOP', 'ANSWER_STOP', 'SYLLABLES', 'as_tagset', 'render_system_prompt',
-           'agent_prompt', 'FinishReason', 'Episode', 'TurnEnd', 'Limits', 'find_stop', 'TurnDecoder', 'KVBatch',
-           'eos_ids_of', 'sample_next', 'naive_rollout', 'rollout', 'toy_world', 'toy_tasks', 'ToyToolBox',
-           'toy_solution', 'toy_policy', 'toy_example', 'toy_texts', 'ToyTrainConfig', 'train_toy_agent',
-           'build_toy_agent', 'wilson_interval', 'pass_at_k', 'is_correct', 'summarize', 'records_dataset', 'evaluate',
-           'env_mask_segments', 'show_env_mask']
-
-# %% ../nbs/08_rollout.ipynb #4e1e9593
-def as_tagset(fmt: TagSet | str) -> TagSet:
-    "The `TagSet` itself, or the one named `fmt` in `coa_lib.format.FORMATS`."
-    if isinstance(fmt, TagSet): return fmt
-    if isinstance(fmt, str) and fmt in FORMATS: return FORMATS[fmt]
-    raise ValueError(f"unknown format {fmt!r}; give a TagSet or one of {sorted(FORMATS)}")
-
-TOOL_USAGE = {"web_search": "<web_search>query</web_search>", "crawl_page": "<crawl_page>title</crawl_page>",
-              "code": "<code>python</code>"}
-
-def render_system_prompt(fmt: TagSet) -> str:
-    "A short system prompt naming the format's role tags, its tools and the rules of the environment."
-    roles = [r for r in fmt.roles if r != "answer"]
-    parts = ["Solve the task."]
-    if roles: parts.append("Steps: " + ", ".join(open_tag(r) for r in roles) + ".")
-    if fmt.tools:
-        parts.append("Tools: " + ", ".join(TOOL_USAGE.get(t, f"{open_tag(t)}...{close_tag(t)}") for t in fmt.tools)
-                     + "; each result returns in <observation>, never write it yourself.")
-    parts.append("End with <answer>final answer</answer>.")
-    return " ".join(parts)
-
-SYSTEM_PROMPTS: dict[TagSet, str] = {f: render_system_prompt(f) for f in (COA, REACT, DIRECT)}
-
-# %% ../nbs/08_rollout.ipynb #f7762980
-def _has_chat_template(tokenizer) -> bool:
-    return tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
-
-def agent_prompt(task: dict, fmt: TagSet | str = COA, tokenizer=None) -> str:
-    "The system prompt of `fmt` plus the task's question, through `tokenizer`'s chat template when it has one."
-    fmt = as_tagset(fmt)
-    system = SYSTEM_PROMPTS.get(fmt) or render_system_prompt(fmt)
-    if "question" not in task: raise KeyError(f"task {task.get('id', '?')!r} has no 'question' field")
-    question = str(task["question"])
-    if not _has_chat_template(tokenizer): return f"{system}\n\nQuestion: {question}\n\n"
-    messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
-    from jinja2.exceptions import TemplateError
-    try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    except TemplateError:  # templates without a system role (e.g. Gemma's): the instructions go first in the user turn
-        merged = [{"role": "user", "content": f"{system}\n\n{question}"}]
-        return tokenizer.apply_chat_template(merged, tokenize=False, add_generation_prompt=True)
-
-# %% ../nbs/08_rollout.ipynb #5e08e447
-class FinishReason(str, Enum):
-    "How an episode ended."
-    ANSWER = "answer"                        # a closed <answer>
-    INVALID_FORGED = "invalid_forged"        # the model wrote an observation tag itself
-    NO_ACTION = "no_action"                  # a turn ended (eos, or a stop string) with neither a tool call nor an answer
-    TRUNCATED_TURNS = "truncated_turns"      # max_turns model turns used without an answer
-    TRUNCATED_TOKENS = "truncated_tokens"    # the episode reached max_total_tokens
-    TRUNCATED_LENGTH = "truncated_length"    # one turn wrote max_new_tokens without stopping
-
-    @property
-    def truncated(self) -> bool: return self.name.startswith("TRUNCATED")
-
-@dataclass
-class Episode:
-    "One attempt at one task: text, token ids with env mask and logprobs, token bill, tool calls, ending, reward."
-    task_id: str
-    kind: str
-    sample: int
-    prompt: str
-    trajectory: str = ""                       # the completion: model text and observation blocks, in order
-    token_ids: list[int] = field(default_factory=list)   # prompt + trajectory (empty when no tokenizer is known)
-    env_mask: list[int] = field(default_factory=list)    # aligned with token_ids: 1 = model-written, 0 = prompt/observation
-    logprobs: list[float] | None = None        # aligned with token_ids (0.0 where env_mask is 0); None without a local model
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    observation_tokens: int = 0
-    processed_tokens: int = 0                  # what the engine that ran actually encoded
-    processed_tokens_cached: int = 0           # prompt + generated + observation
-    processed_tokens_naive: int = 0            # sum over turns of the re-encoded history, + generated
-    tool_calls: list[dict] = field(default_factory=list)  # {"name", "argument", "observation"}
-    turns: int = 0                             # model turns
-    finish: FinishReason | None = None
-    finish_detail: str = ""
-    answer: str | None = None
-    problems: list[str] = field(default_factory=list)    # validate_coa(trajectory, fmt); a missing answer is in `finish`
-    wall_time: float = 0.0
-    reward: float = 0.0
-
-    @property
-    def valid(self) -> bool:
-        "Not forged and no format problem."
-        return self.finish is not FinishReason.INVALID_FORGED and not self.problems
-
-    @property
-    def prompt_len(self) -> int:
-        "How many of `token_ids` are the prompt (the first env-mask-0 run)."
-        return next((i for i, m in enumerate(self.env_mask) if m), len(self.env_mask)) if self.env_mask else 0
-
-    def model_text_ids(self) -> list[int]:
-        "The ids the model wrote (env mask 1)."
-        return [t for t, m in zip(self.token_ids, self.env_mask) if m]
-
-    def record(self) -> dict:
-        "A flat JSON-able row for a `Dataset`."
-        return {"task_id": self.task_id, "kind": self.kind, "sample": self.sample, "prompt": self.prompt,
-                "trajectory": self.trajectory, "token_ids": list(self.token_ids), "env_mask": list(self.env_mask),
-                "logprobs": None if self.logprobs is None else [float(x) for x in self.logprobs],
-                "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated_tokens,
-                "observation_tokens": self.observation_tokens, "processed_tokens": self.processed_tokens,
-                "processed_tokens_cached": self.processed_tokens_cached,
-                "processed_tokens_naive": self.processed_tokens_naive,
-                "tool_calls": json.dumps(self.tool_calls, ensure_ascii=False), "n_tool_calls": len(self.tool_calls),
-                "turns": self.turns, "finish": self.finish.value if self.finish else "",
-                "finish_detail": self.finish_detail, "answer": self.answer, "valid": self.valid,
-                "problems": list(self.problems), "wall_time": float(self.wall_time), "reward": float(self.reward)}
-
-# %% ../nbs/08_rollout.ipynb #28863e6f
-class TurnEnd(str, Enum):
-    "Why one model turn stopped."
-    STOP = "stop"        # a stop string
-    EOS = "eos"          # an end-of-sequence token
-    LENGTH = "length"    # max_new_tokens for the turn
-    BUDGET = "budget"    # max_total_tokens for the episode
-
-@dataclass(frozen=True)
-class Limits:
-    "Budgets of one rollout."
-    max_turns: int = 8
-    max_new_tokens: int = 256
-    max_total_tokens: int = 2048
-
-    def __post_init__(self):
-        if min(self.max_turns, self.max_new_tokens, self.max_total_tokens) < 1: raise ValueError(f"budgets must be >= 1: {self}")
-
-FORGE_STOP = open_tag(OBSERVATION)
-ANSWER_STOP = close_tag("answer")
-
-def _default_reward(task: dict, answer: str | None) -> float:
-    from coa_lib.rewards import score
-    return float(score(task, answer))
-
-class _Run:
-    "The environment side of one episode: tool calls, observations, budgets and the episode record."
-    def __init__(self, task: dict, sample: int, fmt: TagSet, prompt: str, limits: Limits, toolbox=None,
-                 tokenizer=None, reward_fn: Callable | None = None):
-        self.task, self.fmt, self.limits, self.tokenizer = task, fmt, limits, tokenizer
-        self.ep = Episode(str(task.get("id", "")), str(task.get("kind", "")), sample, prompt)
-        self._toolbox_src, self._toolbox = toolbox, None
-        self.reward_fn = reward_fn or _default_reward
-        self.count_tokens: Callable[[str], int] | None = None  # token counter when there is no tokenizer
-        self.t0 = time.perf_counter()
-        self.done = False
-
-    def start(self) -> None: self.t0 = time.perf_counter()
-
-    @property
-    def n_tokens(self) -> int:
-        "Tokens in the episode so far (prompt + generated + observation)."
-        e = self.ep
-        return e.prompt_tokens + e.generated_tokens + e.observation_tokens
-
-    def toolbox(self):
-        "This episode's own toolbox (fresh call memory), built at the first tool call."
-        if self._toolbox is None:
-            if self._toolbox_src is None:
-                from coa_lib.tools import ToolBox
-                self._toolbox = ToolBox.for_task(self.task).fresh()
-            else:
-                self._toolbox = self._toolbox_src.fresh()
-        return self._toolbox
-
-    def add_prompt_ids(self, ids: list[int]) -> None:
-        e = self.ep
-        e.token_ids += ids; e.env_mask += [0] * len(ids)
-        if e.logprobs is not None: e.logprobs += [0.0] * len(ids)
-        e.prompt_tokens = len(ids)
-
-    def begin_turn(self) -> None:
-        "A model turn starts: a loop without a cache would re-encode the whole history now."
-        self.ep.processed_tokens_naive += self.n_tokens
-
-    def add_model_token(self, tok: int, logprob: float | None) -> None:
-        e = self.ep
-        e.token_ids.append(tok); e.env_mask.append(1); e.generated_tokens += 1; e.processed_tokens_naive += 1
-        if e.logprobs is not None: e.logprobs.append(float(logprob))
-
-    def _encode(self, text: str) -> list[int] | None:
-        return None if self.tokenizer is None else self.tokenizer.encode(text, add_special_tokens=False)
-
-    def _observe(self, block: str) -> list[int]:
-        e = self.ep
-        e.trajectory += block
-        ids = self._encode(block)
-        if ids is not None:
-            e.token_ids += ids; e.env_mask += [0] * len(ids)
-            if e.logprobs is not None: e.logprobs += [0.0] * len(ids)
-            e.observation_tokens += len(ids)
-        elif self.count_tokens is not None:
-            e.observation_tokens += self.count_tokens(block)
-        return ids or []
-
-    def run_tool(self, call: ToolCall) -> str:
-        if call.name not in self.fmt.tools:
-            return f"Error: tool <{call.name}> is not available in the {self.fmt.name} format."
-        obs = self.toolbox()(call)
-        return obs if isinstance(obs, str) else str(obs)
-
-    def end_turn(self, text: str, stop: str | None, cause: TurnEnd) -> list[int] | None:
-        "Apply the rules to one finished turn (`text` includes its stop string); the observation ids to feed, or None if the episode ended."
-        e = self.ep
-        e.trajectory += text
-        e.turns += 1
-        if stop == FORGE_STOP or is_forged(text): return self.finish(FinishReason.INVALID_FORGED, "the model wrote an observation tag")
-        if stop == ANSWER_STOP:
-            e.answer = extract_answer(text)
-            if e.answer is None: return self.finish(FinishReason.NO_ACTION, f"{ANSWER_STOP} without an opening <answer>")
-            return self.finish(FinishReason.ANSWER)
-        if stop is not None:
-            i = text.find(stop)
-            call = find_tool_call(text[:i + len(stop)] if i >= 0 else text)  # chars after the stop in its last token are ignored
-            if call is None: return self.finish(FinishReason.NO_ACTION, f"stopped at {stop} without a well-formed tool call")
-            obs = self.run_tool(call)
-            e.tool_calls.append({"name": call.name, "argument": call.argument, "observation": obs})
-            ids = self._observe(format_observation(obs))
-            if e.turns >= self.limits.max_turns: return self.finish(FinishReason.TRUNCATED_TURNS, f"{e.turns} turns")
-            if self.n_tokens >= self.limits.max_total_tokens:
-                return self.finish(FinishReason.TRUNCATED_TOKENS, f"{self.n_tokens} tokens after the observation")
-            return ids
-        if cause is TurnEnd.EOS: return self.finish(FinishReason.NO_ACTION, "end of sequence without a tool call or an answer")
-        if cause is TurnEnd.LENGTH: return self.finish(FinishReason.TRUNCATED_LENGTH, f"a turn wrote {self.limits.max_new_tokens} tokens")
-        return self.finish(FinishReason.TRUNCATED_TOKENS, f"{self.n_tokens} tokens")
-
-    def finish(self, reason: FinishReason, detail: str = "") -> None:
-        "End the episode: reason, validity problems, reward, token totals, wall time."
-        e = self.ep
-        e.finish, e.finish_detail = reason, detail
-        e.problems = validate_coa(e.trajectory, fmt=self.fmt, require_answer=False)  # a missing answer is in `finish`
-        if reason is FinishReason.INVALID_FORGED and not any("forged" in p for p in e.problems):
-            e.problems.append("forged observation: the model wrote an observation tag")
-        e.reward = float(self.reward_fn(self.task, e.answer))
-        e.processed_tokens_cached = self.n_tokens
-        e.wall_time = time.perf_counter() - self.t0
-        self.done = True
-        return None
-
-# %% ../nbs/08_rollout.ipynb #a6345d5b
-def find_stop(text: str, stops: Sequence[str] = STOP_STRINGS) -> tuple[str, int] | None:
-    "The stop string that ends first in `text` and where it ends, or None."
-    best = None
-    for s in stops:
-        i = text.find(s)
-        if i >= 0 and (best is None or i + len(s) < best[1]): best = (s, i + len(s))
-    return best
-
-class TurnDecoder:
-    "Tracks one model turn token by token: decoded text, stop strings, eos and length limits."
-    def __init__(self, tokenizer, eos_ids: set[int], stops: Sequence[str] = STOP_STRINGS, piece_cache: dict | None = None):
-        self.tokenizer, self.eos_ids, self.stops = tokenizer, eos_ids, tuple(stops)
-        self.last_chars = {s[-1] for s in self.stops}
-        self.pieces = {} if piece_cache is None else piece_cache
-        self.ids: list[int] = []
-        self.stop: str | None = None
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-    def _piece(self, tok: int) -> str:
-        p = self.pieces.get(tok)
-        if p is None: p = self.pieces[tok] = self.decode([tok])
-        return p
-
-    def push(self, tok: int) -> TurnEnd | None:
-        "Add a sampled token; why the turn ends now, or None to go on (budgets are the caller's)."
-        self.ids.append(tok)
-        if tok in self.eos_ids: return TurnEnd.EOS
-        if any(c in self._piece(tok) for c in self.last_chars):
-            hit = find_stop(self.decode(self.ids), self.stops)
-            if hit is not None:
-                self.stop = hit[0]; return TurnEnd.STOP
-        return None
-
-    def text(self) -> str:
-        "The turn's text (an eos token is kept in the ids but not in the text)."
-        ids = self.ids[:-1] if self.ids and self.ids[-1] in self.eos_ids else self.ids
-        return self.decode(ids)
+__all__ = ['KVBatch', 'eos_ids_of', 'pad_id', 'sample_next', 'encode_prompt', 'naive_rollout', 'rollout']
 
 # %% ../nbs/08_rollout.ipynb #84766521
 def _tokenizer_of(policy):
     return getattr(policy, "tokenizer", None)
 
-def _rollout_backend(policy, runs: list[_Run], limits: Limits, temperature: float, seed: int | None,
+def _rollout_backend(policy, runs: list[EpisodeRun], limits: Limits, temperature: float, seed: int | None,
                      batch_size: int, bar) -> None:
     "Drive `runs` turn by turn through `policy.generate` (whole history each turn), `batch_size` prompts per call."
     tok = _tokenizer_of(policy)
@@ -322,7 +34,7 @@ def _rollout_backend(policy, runs: list[_Run], limits: Limits, temperature: floa
     turn = 0
     active = [r for r in runs if not r.done]
     while active:
-        by_budget: dict[int, list[_Run]] = defaultdict(list)
+        by_budget: dict[int, list[EpisodeRun]] = defaultdict(list)
         for r in active:
             left = limits.max_total_tokens - r.n_tokens
             by_budget[max(1, min(limits.max_new_tokens, left))].append(r)
@@ -344,7 +56,7 @@ def _rollout_backend(policy, runs: list[_Run], limits: Limits, temperature: floa
         turn += 1
         active = [r for r in active if not r.done]
 
-def _backend_turn(r: _Run, c, budget: int, limits: Limits, tok) -> None:
+def _backend_turn(r: EpisodeRun, c, budget: int, limits: Limits, tok) -> None:
     "Book one Completion into its episode and apply the turn rules."
     if not isinstance(c.text, str): raise TypeError(f"backend returned {type(c.text).__name__} text, expected str")
     stop = c.stop if c.stop in STOP_STRINGS else None
@@ -359,7 +71,7 @@ def _backend_turn(r: _Run, c, budget: int, limits: Limits, tok) -> None:
     e.processed_tokens_naive += int(c.prompt_tokens or 0) + int(c.completion_tokens or 0)
     e.processed_tokens = e.processed_tokens_naive
     if stop is not None: cause = TurnEnd.STOP
-    elif c.finish_reason == "length": cause = TurnEnd.LENGTH if budget >= limits.max_new_tokens else TurnEnd.BUDGET
+    elif c.finish_reason == TurnEnd.LENGTH: cause = TurnEnd.LENGTH if budget >= limits.max_new_tokens else TurnEnd.BUDGET
     else: cause = TurnEnd.EOS
     r.end_turn(text, stop, cause)
     if not r.done and r.n_tokens >= limits.max_total_tokens:
@@ -488,7 +200,7 @@ def eos_ids_of(model, tokenizer) -> set[int]:
         elif isinstance(v, (list, tuple)): ids.update(int(x) for x in v)
     return ids
 
-def _pad_id(tokenizer) -> int:
+def pad_id(tokenizer) -> int:
     for v in (getattr(tokenizer, "pad_token_id", None), getattr(tokenizer, "eos_token_id", None)):
         if isinstance(v, int): return v
     return 0
@@ -508,20 +220,20 @@ def sample_next(logits: torch.Tensor, temperature: float, generators: list) -> t
 
 @dataclass
 class _Slot:
-    run: _Run
+    run: EpisodeRun
     turn: TurnDecoder
     pending: list[int]
     fresh: bool
     gen: torch.Generator | None
 
-def _encode_prompt(tokenizer, prompt: str) -> list[int]:
-    return tokenizer.encode(prompt, add_special_tokens=not _has_chat_template(tokenizer))
+def encode_prompt(tokenizer, prompt: str) -> list[int]:
+    return tokenizer.encode(prompt, add_special_tokens=not has_chat_template(tokenizer))
 
-def _rollout_kv(model, tokenizer, runs: list[_Run], limits: Limits, temperature: float, seed: int | None,
+def _rollout_kv(model, tokenizer, runs: list[EpisodeRun], limits: Limits, temperature: float, seed: int | None,
                 batch_size: int, bar, stats: dict | None = None) -> None:
     "Run `runs` through one `KVBatch` of at most `batch_size` rows, refilling rows as episodes end."
     model.eval()
-    kv = KVBatch(model, pad_id=_pad_id(tokenizer))
+    kv = KVBatch(model, pad_id=pad_id(tokenizer))
     eos, pieces = eos_ids_of(model, tokenizer), {}
     base_seed = seed if seed is not None else int(torch.randint(2**31 - 1, ()).item())
     queue = deque(enumerate(runs))
@@ -531,7 +243,7 @@ def _rollout_kv(model, tokenizer, runs: list[_Run], limits: Limits, temperature:
         while queue:
             i, r = queue.popleft()
             r.start(); r.ep.logprobs = []
-            ids = _encode_prompt(tokenizer, r.ep.prompt)
+            ids = encode_prompt(tokenizer, r.ep.prompt)
             r.add_prompt_ids(ids)
             if len(ids) >= limits.max_total_tokens or not ids:
                 r.finish(FinishReason.TRUNCATED_TOKENS, f"prompt of {len(ids)} tokens"); bar.update(1); continue
@@ -583,13 +295,13 @@ def _rollout_kv(model, tokenizer, runs: list[_Run], limits: Limits, temperature:
         stats.update(rounds=rounds, fed_tokens=kv.fed_tokens, padded_tokens=kv.padded_tokens, compactions=kv.compactions)
 
 # %% ../nbs/08_rollout.ipynb #a0fbb569
-def _runs_for(tasks, fmt: TagSet, n: int, limits: Limits, toolbox, tokenizer, reward_fn) -> list[_Run]:
+def _runs_for(tasks, fmt: TagSet, n: int, limits: Limits, toolbox, tokenizer, reward_fn) -> list[EpisodeRun]:
     if isinstance(tasks, dict): tasks = [tasks]
     runs = []
     for task in tasks:
         task = dict(task)
         prompt = agent_prompt(task, fmt, tokenizer)
-        for j in range(n): runs.append(_Run(task, j, fmt, prompt, limits, toolbox, tokenizer, reward_fn))
+        for j in range(n): runs.append(EpisodeRun(task, j, fmt, prompt, limits, toolbox, tokenizer, reward_fn))
     return runs
 
 @torch.inference_mode()
@@ -601,12 +313,12 @@ def naive_rollout(model, tokenizer, tasks, toolbox=None, fmt: TagSet | str = COA
     fmt, limits = as_tagset(fmt), Limits(max_turns, max_new_tokens, max_total_tokens)
     model.eval()
     runs = _runs_for(tasks, fmt, n, limits, toolbox, tokenizer, reward_fn)
-    eos, pad, pieces = eos_ids_of(model, tokenizer), _pad_id(tokenizer), {}
+    eos, pad, pieces = eos_ids_of(model, tokenizer), pad_id(tokenizer), {}
     if seed is not None: torch.manual_seed(seed)
     device = next(model.parameters()).device
     for r in tqdm(runs, desc="naive rollout", disable=not progress):
         r.start(); r.ep.logprobs = []
-        ids = _encode_prompt(tokenizer, r.ep.prompt)
+        ids = encode_prompt(tokenizer, r.ep.prompt)
         r.add_prompt_ids(ids)
         if len(ids) >= limits.max_total_tokens or not ids:
             r.finish(FinishReason.TRUNCATED_TOKENS, f"prompt of {len(ids)} tokens"); continue
@@ -658,249 +370,3 @@ def rollout(policy, tasks, toolbox=None, fmt: TagSet | str = COA, n: int = 1, ma
         if hf is not None: _rollout_kv(hf[0], hf[1], runs, limits, temperature, seed, batch_size, bar, stats)
         else: _rollout_backend(policy, runs, limits, temperature, seed, batch_size, bar)
     return [r.ep for r in runs]
-
-# %% ../nbs/08_rollout.ipynb #33cc2311
-SYLLABLES = ("ka", "lo", "mi", "ru", "te", "zo", "ne", "vi", "sa", "pu", "do", "fe", "gi", "ho", "ja", "bu")
-
-def toy_world(seed: int, n_names: int = 24) -> dict[str, str]:
-    "A random table name -> entry text: half the names have a friend, the others a code."
-    g = torch.Generator().manual_seed(seed)
-    rand = lambda n: int(torch.randint(n, (), generator=g))
-    names: list[str] = []
-    while len(names) < n_names:
-        name = "".join(SYLLABLES[rand(len(SYLLABLES))] for _ in range(2 + rand(2)))
-        if name not in names: names.append(name)
-    coded, friendly = names[: n_names // 2], names[n_names // 2:]
-    table = {n: f"{n}: code {100 + rand(900)}" for n in coded}
-    table.update({n: f"{n}: friend {coded[rand(len(coded))]}" for n in friendly})
-    return table
-
-def toy_tasks(table: dict[str, str], n: int, seed: int = 0, hops: Sequence[int] = (1, 2), prefix: str = "toy") -> list[dict]:
-    "`n` lookup questions over `table` (1-hop: a name's code; 2-hop: the code of a name's friend)."
-    g = torch.Generator().manual_seed(seed)
-    coded = [k for k, v in table.items() if ": code " in v]
-    friendly = [k for k, v in table.items() if ": friend " in v]
-    tasks = []
-    for i in range(n):
-        h = hops[int(torch.randint(len(hops), (), generator=g))]
-        pool = coded if h == 1 else friendly
-        name = pool[int(torch.randint(len(pool), (), generator=g))]
-        target = name if h == 1 else table[name].split(": friend ")[1]
-        q = f"What is the code of {name}?" if h == 1 else f"What is the code of the friend of {name}?"
-        tasks.append({"id": f"{prefix}-{seed}-{i}", "kind": "multihop", "question": q,
-                      "answer": table[target].split(": code ")[1], "meta": json.dumps({"hops": h, "start": name})})
-    return tasks
-
-class ToyToolBox:
-    "Tools of the toy world: `<web_search>name</web_search>` -> that name's entry; nothing else."
-    def __init__(self, table: dict[str, str]): self.table, self.seen = table, set()
-    def fresh(self) -> ToyToolBox: return ToyToolBox(self.table)
-    def __call__(self, call: ToolCall) -> str:
-        name, arg = getattr(call, "name", None), str(getattr(call, "argument", "")).strip()
-        if name != "web_search": return f"Error: unknown tool {str(name)[:40]!r}; available tools: web_search."
-        if not arg: return "Error: empty <web_search> call."
-        if arg in self.seen: return "(already searched)"
-        self.seen.add(arg)
-        return self.table.get(arg, f"No results for {arg[:40]}")
-
-def toy_solution(task: dict, table: dict[str, str]) -> list[tuple[str, bool]]:
-    "The ideal trajectory of a toy task as (text, written_by_model) pieces."
-    name, pieces = json.loads(task["meta"])["start"], []
-    while True:
-        pieces.append((f"<web_search>{name}</web_search>", True))
-        entry = table[name]
-        pieces.append((format_observation(entry), False))
-        if ": friend " not in entry: break
-        name = entry.split(": friend ")[1]
-    pieces.append((f"<answer>{task['answer']}</answer>", True))
-    return pieces
-
-def toy_policy(table: dict[str, str], tasks: Iterable[dict]) -> Callable[[str], str]:
-    "A scripted policy (for `ScriptedBackend`) that plays the ideal toy trajectory of whichever task the prompt asks."
-    by_question = {t["question"]: t for t in tasks}
-    def policy(prompt: str) -> str:
-        task = next((t for q, t in by_question.items() if q in prompt), None)
-        if task is None: return "<answer>unknown</answer>"
-        done = prompt.count("</observation>")
-        model_pieces = [p for p, mine in toy_solution(task, table) if mine]
-        return model_pieces[min(done, len(model_pieces) - 1)]
-    return policy
-
-# %% ../nbs/08_rollout.ipynb #33fc7394
-def toy_example(task: dict, table: dict[str, str], tokenizer, fmt: TagSet | str = COA) -> tuple[list[int], list[int]]:
-    "Ids of prompt + ideal trajectory, tokenized the way a rollout sees them, and the loss mask (1 = model-written)."
-    ids = _encode_prompt(tokenizer, agent_prompt(task, fmt, tokenizer))
-    mask = [0] * len(ids)
-    for text, mine in toy_solution(task, table):
-        t = tokenizer.encode(text, add_special_tokens=False)
-        ids += t; mask += [int(mine)] * len(t)
-    return ids, mask
-
-def toy_texts(n_worlds: int = 200, seed: int = 0) -> list[str]:
-    "Prompts and trajectories from many toy worlds (plus every format's system prompt): a tokenizer's training text."
-    texts = [agent_prompt({"question": ""}, f) for f in SYSTEM_PROMPTS]
-    for w in range(n_worlds):
-        table = toy_world(seed * 100_003 + w)
-        for t in toy_tasks(table, 4, seed=w):
-            texts.append(agent_prompt(t, COA) + "".join(p for p, _ in toy_solution(t, table)))
-    return texts
-
-@dataclass
-class ToyTrainConfig:
-    "A few hundred steps of next-token training on fresh toy worlds."
-    steps: int = 300
-    batch_size: int = 16
-    lr: float = 3e-3
-    warmup: int = 20
-    seed: int = 0
-    size: str = "tiny"       # a coa_lib.llm.QWEN2_SIZES name
-    bf16: bool = False       # bf16 autocast: twice as fast where the CPU has bf16 matmuls, 50x slower where it has not
-
-    @classmethod
-    def for_profile(cls, profile: str) -> ToyTrainConfig:
-        return {"smoke": cls(steps=40, batch_size=8, size="nano"), "full": cls(steps=300)}[check_profile(profile)]
-
-def train_toy_agent(model, tokenizer, cfg: ToyTrainConfig, fmt: TagSet | str = COA, progress: bool = True) -> list[float]:
-    "Train `model` in place on toy trajectories (loss on model-written tokens only); the loss per step."
-    g = torch.Generator().manual_seed(cfg.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / cfg.warmup) * max(0.1, 1 - s / cfg.steps))
-    pad, losses = _pad_id(tokenizer), []
-    model.train()
-    for step in tqdm(range(cfg.steps), desc="toy training", disable=not progress, leave=False):
-        batch = []
-        for j in range(cfg.batch_size):
-            table = toy_world(int(torch.randint(2**31 - 1, (), generator=g)))
-            task = toy_tasks(table, 1, seed=int(torch.randint(2**31 - 1, (), generator=g)))[0]
-            batch.append(toy_example(task, table, tokenizer, fmt))
-        width = max(len(ids) for ids, _ in batch)
-        ids = torch.tensor([x + [pad] * (width - len(x)) for x, _ in batch])
-        labels = torch.tensor([[t if m else -100 for t, m in zip(x, mk)] + [-100] * (width - len(x)) for x, mk in batch])
-        attn = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x, _ in batch])
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
-            loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
-    model.eval()
-    return losses
-
-def build_toy_agent(cfg: ToyTrainConfig, fmt: TagSet | str = COA, progress: bool = True):
-    "A tokenizer trained on toy text and a tiny Qwen2 trained on toy trajectories: (model, tokenizer, losses)."
-    from coa_lib.llm import build_tiny_qwen2, build_tokenizer
-    tokenizer = build_tokenizer(toy_texts(seed=cfg.seed), vocab_size=2048)
-    model = build_tiny_qwen2(tokenizer, size=cfg.size, seed=cfg.seed)
-    losses = train_toy_agent(model, tokenizer, cfg, fmt, progress)
-    return model, tokenizer, losses
-
-# %% ../nbs/08_rollout.ipynb #ab089e50
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    "Wilson score interval of a binomial proportion (95% for z=1.96); (0, 1) when n is 0."
-    if n == 0: return (0.0, 1.0)
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    "Unbiased pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k)."
-    if not 0 <= c <= n or not 1 <= k <= n: raise ValueError(f"need 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
-    if n - c < k: return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-def is_correct(ep: Episode) -> bool:
-    "Full reward."
-    return ep.reward >= 1.0 - 1e-9
-
-# %% ../nbs/08_rollout.ipynb #57e0e619
-def _mean(xs) -> float:
-    xs = list(xs)
-    return float(sum(xs) / len(xs)) if xs else 0.0
-
-def summarize(episodes: list[Episode], k: Sequence[int] = (1,)) -> dict:
-    "Accuracy (Wilson 95% CI) overall and by kind, avg@k / pass@k, token, tool-call and turn means, invalid/truncated rates."
-    if not episodes: raise ValueError("no episodes to summarize")
-    by_task: dict[str, list[Episode]] = defaultdict(list)
-    for e in episodes: by_task[e.task_id].append(e)
-    n = min(len(v) for v in by_task.values())
-    m: dict[str, Any] = {"n_episodes": len(episodes), "n_tasks": len(by_task), "n_samples": n}
-    ok = sum(is_correct(e) for e in episodes)
-    m["accuracy"], m["accuracy_ci95"] = ok / len(episodes), list(wilson_interval(ok, len(episodes)))
-    m["mean_reward"] = _mean(e.reward for e in episodes)
-    kinds: dict[str, list[Episode]] = defaultdict(list)
-    for e in episodes: kinds[e.kind].append(e)
-    m["by_kind"] = {kd: {"n": len(es), "accuracy": sum(map(is_correct, es)) / len(es),
-                         "accuracy_ci95": list(wilson_interval(sum(map(is_correct, es)), len(es)))} for kd, es in sorted(kinds.items())}
-    for kk in k:
-        if kk > n: raise ValueError(f"pass@{kk} needs at least {kk} samples per task; got {n}")
-        m[f"avg@{kk}"] = _mean(sum(map(is_correct, es)) / len(es) for es in by_task.values())
-        m[f"pass@{kk}"] = _mean(pass_at_k(len(es), sum(map(is_correct, es)), kk) for es in by_task.values())
-    for f in ("prompt_tokens", "generated_tokens", "observation_tokens", "processed_tokens", "processed_tokens_cached",
-              "processed_tokens_naive", "turns"):
-        m[f"mean_{f}"] = _mean(getattr(e, f) for e in episodes)
-    m["mean_tool_calls"] = _mean(len(e.tool_calls) for e in episodes)
-    m["invalid_rate"] = _mean(not e.valid for e in episodes)
-    m["forged_rate"] = _mean(e.finish is FinishReason.INVALID_FORGED for e in episodes)
-    m["truncated_rate"] = _mean(bool(e.finish and e.finish.truncated) for e in episodes)
-    m["finish_reasons"] = dict(Counter(e.finish.value if e.finish else "" for e in episodes))
-    m["generated_tokens"] = sum(e.generated_tokens for e in episodes)
-    return m
-
-def records_dataset(episodes: list[Episode], tasks: Sequence[dict] | None = None):
-    "One `Dataset` row per episode (+ question and gold answer when `tasks` are given)."
-    from datasets import Dataset, Features, Sequence as Seq, Value
-    by_id = {str(t.get("id", "")): t for t in tasks} if tasks is not None else {}
-    rows = []
-    for e in episodes:
-        r = e.record()
-        t = by_id.get(e.task_id, {})
-        gold = t.get("answer")
-        r.update(question=str(t.get("question", "")), gold=gold if isinstance(gold, str) or gold is None else json.dumps(gold),
-                 correct=is_correct(e), logprobs=r["logprobs"] or [], has_logprobs=r["logprobs"] is not None)
-        rows.append(r)
-    ints = ("sample", "prompt_tokens", "generated_tokens", "observation_tokens", "processed_tokens", "processed_tokens_cached",
-            "processed_tokens_naive", "n_tool_calls", "turns")
-    strs = ("task_id", "kind", "prompt", "trajectory", "tool_calls", "finish", "finish_detail", "answer", "question", "gold")
-    feats = {**{f: Value("int64") for f in ints}, **{f: Value("string") for f in strs},
-             "token_ids": Seq(Value("int32")), "env_mask": Seq(Value("int8")), "logprobs": Seq(Value("float32")),
-             "problems": Seq(Value("string")), "valid": Value("bool"), "correct": Value("bool"), "has_logprobs": Value("bool"),
-             "wall_time": Value("float64"), "reward": Value("float64")}
-    return Dataset.from_list(rows, features=Features(feats))
-
-def evaluate(policy, dataset, toolbox=None, fmt: TagSet | str = COA, n: int = 1, k: Sequence[int] = (1,),
-             run_dir: str | Path | None = None, name: str = "eval", max_turns: int = 8, max_new_tokens: int = 256,
-             max_total_tokens: int = 2048, temperature: float = 0.0, seed: int | None = None, batch_size: int = 32,
-             reward_fn: Callable[[dict, str | None], float] | None = None, progress: bool = True) -> tuple[dict, Any]:
-    "Roll out `n` episodes per task of `dataset`; (metrics, records Dataset), both saved under `run_dir/name` if given."
-    tasks = [dict(t) for t in ([dataset] if isinstance(dataset, dict) else dataset)]
-    if n > 1 and temperature <= 0: raise ValueError(f"n={n} samples per task need temperature > 0 (greedy gives n copies)")
-    t0 = time.perf_counter()
-    episodes = rollout(policy, tasks, toolbox=toolbox, fmt=fmt, n=n, max_turns=max_turns, max_new_tokens=max_new_tokens,
-                       max_total_tokens=max_total_tokens, temperature=temperature, seed=seed, batch_size=batch_size,
-                       reward_fn=reward_fn, progress=progress)
-    wall = time.perf_counter() - t0
-    metrics = {"name": name, "format": as_tagset(fmt).name, **summarize(episodes, k)}
-    metrics.update(wall_time_s=wall, generated_tokens_per_s=metrics["generated_tokens"] / wall if wall > 0 else 0.0)
-    records = records_dataset(episodes, tasks)
-    if run_dir is not None:
-        out = resolve_run_dir(run_dir) / name
-        save_dataset(records, out / "records")
-        atomic_write_json(out / "metrics.json", metrics)
-    return metrics, records
-
-# %% ../nbs/08_rollout.ipynb #33a4ce5e
-def env_mask_segments(ep: Episode, tokenizer) -> list[tuple[int, str]]:
-    "The episode's token ids as runs of equal env mask: (mask, decoded text)."
-    runs: list[tuple[int, list[int]]] = []
-    for t, m in zip(ep.token_ids, ep.env_mask):
-        if runs and runs[-1][0] == m: runs[-1][1].append(t)
-        else: runs.append((m, [t]))
-    return [(m, tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)) for m, ids in runs]
-
-def show_env_mask(ep: Episode, tokenizer, skip_prompt: bool = True) -> str:
-    "The episode as text with env-mask-0 spans in ⟦…⟧."
-    segs = env_mask_segments(ep, tokenizer)
-    if skip_prompt and segs and segs[0][0] == 0: segs = segs[1:]
-    return "".join(text if m else f"⟦{text}⟧" for m, text in segs)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from .format import TurnEnd
 from .llm import Completion, HFBackend, load_policy
 
 # %% auto #0
@@ -122,7 +123,7 @@ def parse_request(body: Any, chat: bool, model_id: str, cfg: ServeConfig) -> Gen
 
 # %% ../nbs/04b_serve.ipynb #4d2ae83b
 def _choice(c: Completion, index: int, chat: bool) -> dict:
-    reason = "length" if c.finish_reason == "length" else "stop"
+    reason = "length" if c.finish_reason == TurnEnd.LENGTH else "stop"   # the OpenAI protocol has no eos reason
     out = {"index": index, "finish_reason": reason, "stop_reason": c.stop, "logprobs": None}
     if chat: out["message"] = {"role": "assistant", "content": c.text}
     else: out["text"] = c.text

@@ -4,25 +4,22 @@
 
 # %% ../nbs/09_sft.ipynb #c1803d97
 from __future__ import annotations
-import math, os, random, sys, time
-from dataclasses import asdict, dataclass, replace
+import math, random, time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
 import torch
 from datasets import Dataset
 
-from .core import atomic_write_json, check_profile, read_json, resolve_run_dir
+from .core import atomic_write_json, check_profile, read_json
 from .format import observation_char_spans
 
 # %% auto #0
-__all__ = ['IGNORE', 'BF16_MIN_SPEEDUP', 'STUDENTS', 'GAME24_PAPER', 'COPY_LOSS_KEYS', 'completion_pieces', 'encode_sft_row',
-           'tokenize_sft', 'SFTStageConfig', 'probe_precision', 'choose_precision', 'WeightedLossCollator',
-           'weighted_token_loss', 'build_sft_trainer', 'last_checkpoint', 'budget_subset', 'train_sft', 'plot_loss',
-           'sft_loss', 'replace_token', 'quote_rows', 'pretrain_base', 'eval_loss', 'Student', 'run_in_lanes',
-           'train_student', 'student_named', 'train_students', 'eval_tasks', 'evaluate_student', 'evaluate_students',
-           'eval_records', 'teacher_metrics', 'results_table', 'plot_results', 'game24_real', 'sft_report',
-           'ladder_summary', 'copy_token_losses', 'held_out_dev_rows']
+__all__ = ['IGNORE', 'BF16_MIN_SPEEDUP', 'COPY_LOSS_KEYS', 'completion_pieces', 'encode_sft_row', 'tokenize_sft',
+           'SFTStageConfig', 'probe_precision', 'choose_precision', 'WeightedLossCollator', 'weighted_token_loss',
+           'build_sft_trainer', 'last_checkpoint', 'budget_subset', 'train_sft', 'plot_loss', 'sft_loss',
+           'replace_token', 'quote_rows', 'eval_loss', 'ladder_summary', 'copy_token_losses']
 
 # %% ../nbs/09_sft.ipynb #47720e1c
 IGNORE = -100   # the label of a token that gets no loss
@@ -177,7 +174,7 @@ def _load_base(base, tokenizer):
         if tokenizer is None: raise ValueError("train_sft(model_object) needs tokenizer=...; only a path brings its own tokenizer")
         return base, tokenizer
     from transformers import AutoModelForCausalLM
-    from coa_lib.llm import load_tokenizer
+    from coa_lib.tokenizer import load_tokenizer
     return AutoModelForCausalLM.from_pretrained(str(base)), tokenizer if tokenizer is not None else load_tokenizer(base)
 
 def _plain_loss_trainer_class():
@@ -340,19 +337,6 @@ def _occurrences(words: list[str], part: list[str]) -> int:
     n = len(part)
     return sum(words[i:i + n] == part for i in range(len(words) - n + 1))
 
-def pretrain_base(run_dir, cfg: SFTStageConfig, out_dir=None) -> Path:
-    "The students' common base (`out_dir`, default `run_dir/sft/base`): a fresh `cfg.size` model pretrained to quote on the training worlds' pages."
-    from coa_lib.llm import build_tiny_qwen2, student_tokenizer, world_pages
-    from coa_lib.tasks import TaskConfig, build_task_splits
-    run_dir = resolve_run_dir(run_dir)
-    tok = student_tokenizer(run_dir, cfg.profile)
-    train = build_task_splits(run_dir, TaskConfig.for_profile(cfg.profile))["train"]
-    rows = quote_rows(world_pages(train, max_worlds=cfg.base_worlds), cfg.base_steps * cfg.base_batch, cfg.seed)
-    base_cfg = replace(cfg, batch_size=cfg.base_batch, lr=cfg.base_lr, max_steps=cfg.base_steps, max_len=512, obs_weight=0.0,
-                       lr_schedule="constant_with_warmup", warmup_steps=min(50, cfg.base_steps // 10), threads=cfg.base_threads or os.cpu_count())
-    out_dir = Path(out_dir) if out_dir is not None else run_dir / "sft" / "base"
-    return train_sft(rows, build_tiny_qwen2(tok, cfg.size, seed=cfg.seed), out_dir, base_cfg, tokenizer=tok)
-
 def eval_loss(model, tokenizer, rows: Sequence[dict], batch: int = 16) -> float:
     "Mean loss per trained token of `model` on prompt/completion `rows` (the SFT masking), without training."
     data, total, count = tokenize_sft(rows, tokenizer, max_len=None), 0.0, 0
@@ -367,220 +351,6 @@ def eval_loss(model, tokenizer, rows: Sequence[dict], batch: int = 16) -> float:
             n = int((labels[:, 1:] != IGNORE).sum())
             total += float(weighted_token_loss(logits, labels, torch.ones_like(labels, dtype=torch.float))) * n; count += n
     return total / max(count, 1)
-
-
-# %% ../nbs/09_sft.ipynb #38d0c042
-from .format import COA, DIRECT, REACT, TagSet
-
-@dataclass(frozen=True)
-class Student:
-    "One SFT student: its name, the SFT set it learns, the format it acts in."
-    name: str
-    sft_set: str
-    fmt: TagSet
-
-STUDENTS = (Student("coa", "coa_sft", COA), Student("coa_unfiltered", "coa_sft_unfiltered", COA),
-            Student("react", "react_sft", REACT), Student("direct", "direct_sft", DIRECT))
-
-def _die_with_parent() -> None:
-    "Linux: this process gets SIGKILL when the process that started it dies (a killed batch leaves no lane training on)."
-    if not sys.platform.startswith("linux"): return
-    import ctypes, signal
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(1, signal.SIGKILL, 0, 0, 0) != 0:                      # 1 = PR_SET_PDEATHSIG
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    if os.getppid() == 1: os._exit(1)                                    # the parent died before the call
-
-def _init_lane(threads: int) -> None:
-    "A lane process: dies with its parent, its torch threads, and no progress bars from datasets/transformers in the batch's output."
-    import datasets, transformers
-    _die_with_parent()
-    torch.set_num_threads(threads)
-    datasets.disable_progress_bars(); transformers.utils.logging.disable_progress_bar()
-
-def run_in_lanes(fn, jobs: Sequence[tuple], lanes: int = 1, threads: int | None = None) -> list:
-    "`fn(*job)` for each job, in order: inline when `lanes` is 1, else in `lanes` spawned processes with `threads` torch threads each."
-    if lanes <= 1 or len(jobs) <= 1: return [fn(*job) for job in jobs]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    with ProcessPoolExecutor(min(lanes, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_module_fn("_init_lane"), initargs=(threads or 1,)) as pool:
-        return [f.result() for f in [pool.submit(fn, *job) for job in jobs]]
-
-def _module_fn(name: str):
-    "A function of the exported `coa_lib.sft` that spawned workers can import (not a notebook's copy); jobs carry plain values."
-    import coa_lib.sft
-    return getattr(coa_lib.sft, name)
-
-def train_student(run_dir, cfg: SFTStageConfig, student: Student, base: str | Path | None = None) -> Path:
-    "Train one student into `run_dir/sft/<name>`: from the HF model at `base`, else the run's base model, else a fresh `cfg.size` model."
-    from coa_lib.filtering import build_sft_sets
-    from coa_lib.llm import build_tiny_qwen2, student_tokenizer
-    run_dir = resolve_run_dir(run_dir)
-    rows = build_sft_sets(run_dir, cfg.profile, progress=False)[student.sft_set]
-    if base is None and cfg.base_steps: base = pretrain_base(run_dir, cfg)
-    tok = student_tokenizer(run_dir, cfg.profile) if base is None else None
-    model = build_tiny_qwen2(tok, cfg.size, seed=cfg.seed) if base is None else base
-    return train_sft(rows, model, run_dir / "sft" / student.name, cfg, tokenizer=tok)
-
-def student_named(name: str) -> Student:
-    "The student of `STUDENTS` called `name`."
-    for s in STUDENTS:
-        if s.name == name: return s
-    raise KeyError(f"no student {name!r}; students: {[s.name for s in STUDENTS]}")
-
-def _train_job(run_dir: str, cfg: dict, student: str, base: str | None) -> Path:
-    return train_student(run_dir, SFTStageConfig(**cfg), student_named(student), base)
-
-def train_students(run_dir, cfg: SFTStageConfig, students: Sequence[Student] = STUDENTS, base: str | Path | None = None) -> dict[str, Path]:
-    "Train every student on its set (`cfg.lanes` at a time); {name: saved model dir}."
-    from coa_lib.filtering import build_sft_sets
-    run_dir = resolve_run_dir(run_dir)
-    build_sft_sets(run_dir, cfg.profile, progress=False)    # built once here, not by each lane
-    if base is None and cfg.base_steps: base = pretrain_base(run_dir, cfg)    # likewise the common base model
-    jobs = [(str(run_dir), asdict(cfg), s.name, None if base is None else str(base)) for s in students]
-    paths = run_in_lanes(_module_fn("_train_job"), jobs, cfg.lanes, cfg.threads)
-    out = {s.name: Path(p) for s, p in zip(students, paths)}
-    plot_loss([read_json(p / "loss_history.json") for p in out.values()], list(out), run_dir / "figures" / "sft_loss.png")
-    return out
-
-# %% ../nbs/09_sft.ipynb #6657defe
-from .core import QA_KINDS, TASK_KINDS
-
-def eval_tasks(tasks: Dataset, n_per_kind: int, kinds: Sequence[str] = TASK_KINDS) -> list[dict]:
-    "The first `n_per_kind` tasks of each kind (in the split's order)."
-    out, count = [], {k: 0 for k in kinds}
-    for t in tasks:
-        if t["kind"] in count and count[t["kind"]] < n_per_kind: out.append(dict(t)); count[t["kind"]] += 1
-    return out
-
-def evaluate_student(path, student: Student, tasks: list[dict], run_dir, name: str, cfg: SFTStageConfig) -> tuple[dict, Dataset]:
-    "`coa_lib.rollout.evaluate` of a saved student in its format; (metrics, records), saved under `run_dir/name`."
-    from coa_lib.llm import load_policy
-    from coa_lib.rollout import evaluate
-    metrics, records = evaluate(load_policy(path), tasks, fmt=student.fmt, run_dir=run_dir, name=name, max_turns=cfg.max_turns,
-                                max_new_tokens=cfg.max_new_tokens, progress=False)
-    return metrics, records
-
-def _evaluate_job(path: str, student: str, tasks: list[dict], run_dir: str, name: str, cfg: dict) -> dict:
-    return evaluate_student(path, student_named(student), tasks, run_dir, name, SFTStageConfig(**cfg))[0]
-
-def evaluate_students(jobs: Sequence[tuple], run_dir, cfg: SFTStageConfig) -> dict[str, dict]:
-    "Evaluate `(model dir, student, tasks, name)` jobs, `cfg.lanes` at a time; {name: metrics}; records stay in `run_dir/name`."
-    run_dir = str(resolve_run_dir(run_dir))
-    found = run_in_lanes(_module_fn("_evaluate_job"), [(str(p), s.name, t, run_dir, n, asdict(cfg)) for p, s, t, n in jobs],
-                         cfg.lanes, cfg.threads)
-    return {job[3]: m for job, m in zip(jobs, found)}
-
-def eval_records(run_dir, name: str) -> Dataset:
-    "The per-episode records an evaluation saved under `run_dir/name`."
-    from datasets import load_from_disk
-    return load_from_disk(str(Path(run_dir) / name / "records"))
-
-def teacher_metrics(traces: Dataset, task_ids: Sequence[str]) -> dict:
-    "Accuracy (Wilson CI) overall and by kind, tokens and tool calls per task of the teacher on `task_ids`."
-    from coa_lib.rollout import wilson_interval
-    ids = set(task_ids)
-    rows = [r for r in traces.select_columns(["id", "kind", "reward", "prompt_tokens", "completion_tokens", "n_tool_calls", "n_calls"]) if r["id"] in ids]
-    if len(rows) != len(ids): raise ValueError(f"teacher traces cover {len(rows)} of {len(ids)} evaluation tasks")
-    ok = lambda rs: sum(r["reward"] >= 1.0 - 1e-9 for r in rs)
-    mean = lambda f: sum(f(r) for r in rows) / len(rows)
-    kinds = sorted({r["kind"] for r in rows})
-    return {"name": "teacher_mas", "format": "mas", "n_tasks": len(rows), "accuracy": ok(rows) / len(rows),
-            "accuracy_ci95": list(wilson_interval(ok(rows), len(rows))),
-            "by_kind": {k: {"n": len(rs), "accuracy": ok(rs) / len(rs), "accuracy_ci95": list(wilson_interval(ok(rs), len(rs)))}
-                        for k in kinds for rs in [[r for r in rows if r["kind"] == k]]},
-            "mean_processed_tokens": mean(lambda r: r["prompt_tokens"] + r["completion_tokens"]),
-            "mean_generated_tokens": mean(lambda r: r["completion_tokens"]), "mean_tool_calls": mean(lambda r: r["n_tool_calls"]),
-            "mean_turns": mean(lambda r: r["n_calls"]), "invalid_rate": 0.0}
-
-def results_table(metrics: dict[str, dict]):
-    "One row per system: accuracy [95% CI], accuracy by kind, tokens per task, tool calls, turns, invalid rate."
-    import pandas as pd
-    rows = []
-    for name, m in metrics.items():
-        lo, hi = m["accuracy_ci95"]
-        row = {"system": name, "accuracy": round(m["accuracy"], 3), "ci95": f"[{lo:.2f}, {hi:.2f}]"}
-        row.update({k: round(m["by_kind"][k]["accuracy"], 2) if k in m["by_kind"] else None for k in TASK_KINDS})
-        row.update(tokens=round(m["mean_processed_tokens"]), generated=round(m["mean_generated_tokens"]),
-                   tool_calls=round(m["mean_tool_calls"], 2), turns=round(m["mean_turns"], 2), invalid=round(m["invalid_rate"], 3))
-        rows.append(row)
-    return pd.DataFrame(rows).set_index("system")
-
-# %% ../nbs/09_sft.ipynb #f835898c
-def plot_results(metrics: dict[str, dict], path) -> Path:
-    "Two panels: accuracy by kind per system, and accuracy (95% CI) against processed tokens per task; saved as PNG."
-    import matplotlib; matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 3.8))
-    names, w = list(metrics), 0.8 / max(1, len(metrics))
-    for j, name in enumerate(names):
-        bk = metrics[name]["by_kind"]
-        ax1.bar([i + (j - (len(names) - 1) / 2) * w for i in range(len(TASK_KINDS))],
-                [bk[k]["accuracy"] if k in bk else 0 for k in TASK_KINDS], width=w, label=name)
-    ax1.set_xticks(range(len(TASK_KINDS)), TASK_KINDS, rotation=20); ax1.set(ylabel="accuracy", title="accuracy by kind (test)", ylim=(0, 1.05))
-    ax1.legend(fontsize=7)
-    for name in names:
-        m = metrics[name]; lo, hi = m["accuracy_ci95"]
-        ax2.errorbar([m["mean_processed_tokens"]], [m["accuracy"]], yerr=[[max(0.0, m["accuracy"] - lo)], [max(0.0, hi - m["accuracy"])]], fmt="o", capsize=3, label=name)
-    ax2.set(xscale="log", xlabel="processed tokens per task (log)", ylabel="accuracy", title="accuracy vs tokens per task", ylim=(-0.05, 1.05))
-    ax2.legend(fontsize=7)
-    fig.tight_layout(); path = Path(path); path.parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=100); plt.close(fig)
-    return path
-
-# %% ../nbs/09_sft.ipynb #94469794
-GAME24_PAPER = {"AgentFlow (Qwen2.5-7B, Flow-GRPO)": 0.530, "GPT-4o": 0.320}
-
-def game24_real(n: int | None = None) -> list[dict]:
-    "The first `n` hands of AgentFlow's GameOf24 file as task rows."
-    from coa_lib.benchmarks import load_benchmark
-    from coa_lib.core import agentflow_benchmark_dir
-    ds = load_benchmark(agentflow_benchmark_dir() / "gameof24.json", "gameof24_json")
-    return [dict(t) for t in (ds if n is None else ds.select(range(min(n, ds.num_rows))))]
-
-# %% ../nbs/09_sft.ipynb #7d79d444
-def _pct(x: float) -> str: return f"{100 * x:.1f}"
-
-def sft_report(run_dir) -> str:
-    "Markdown of the SFT stage's results (table with 95% CIs, real GameOf24, memorisation gap, training) from the run's JSON."
-    rd = Path(run_dir)
-    res, g24, gap = read_json(rd / "sft_results.json"), read_json(rd / "sft_game24.json"), read_json(rd / "sft_memorisation_gap.json")
-    m = res["metrics"]
-    names = ["teacher_mas"] + [s.name for s in STUDENTS if s.name in m]
-    kinds = [k for k in TASK_KINDS if any(k in m[n]["by_kind"] for n in names)]
-    out = [f"#### SFT students vs the teacher MAS (test split, {res['n_test_tasks']} tasks: {res['config']['n_eval']} per kind; accuracy in %)", "",
-           "| system | accuracy [95% CI] | " + " | ".join(kinds) + " | tokens/task | generated/task | tool calls | turns | invalid % |",
-           "|---|---|" + "---:|" * len(kinds) + "---:|---:|---:|---:|---:|"]
-    for n in names:
-        x = m[n]; lo, hi = x["accuracy_ci95"]
-        by = " | ".join(_pct(x["by_kind"][k]["accuracy"]) if k in x["by_kind"] else "" for k in kinds)
-        out.append(f"| {n} | {_pct(x['accuracy'])} [{_pct(lo)}, {_pct(hi)}] | {by} | {x['mean_processed_tokens']:,.0f} | "
-                   f"{x['mean_generated_tokens']:,.0f} | {x['mean_tool_calls']:.2f} | {x['mean_turns']:.2f} | {_pct(x['invalid_rate'])} |")
-    t, c = m["teacher_mas"], m.get("coa")
-    if c:
-        out += ["", f"CoA student / teacher: accuracy {c['accuracy'] / max(t['accuracy'], 1e-9):.2f}× (paper's goal ≥ 0.8×), "
-                    f"tokens per task {c['mean_processed_tokens'] / max(t['mean_processed_tokens'], 1e-9):.2f}× (goal ≤ 0.15×)."]
-    acc = g24["accuracy"]
-    out += ["", f"#### Real GameOf24 (AgentFlow's file, {g24['n_hands']} hands; accuracy in %)", "",
-            "| system | first 100 | all |", "|---|---:|---:|"]
-    out += [f"| {n} | {_pct(a['first_100'])} | {_pct(a['all'])} |" for n, a in acc.items()]
-    out += [f"| {n} (paper) | {_pct(v)} | |" for n, v in g24["paper"].items()]
-    out += ["", f"#### Memorisation gap (CoA student, QA kinds): training worlds {_pct(gap['train_worlds'])}% "
-                f"({gap['n_train_worlds']} held-back tasks) vs test worlds {_pct(gap['test_worlds'])}% ({gap['n_test_worlds']} tasks): "
-                f"gap {_pct(gap['gap'])} points.", "",
-            "#### Training (equal token budgets)", "", "| student | tokens seen | steps | rows | wall s | tokens/s | final loss | precision |",
-            "|---|---:|---:|---:|---:|---:|---:|---|"]
-    for name, d in res.get("training", {}).items():
-        prec = d.get("precision") or {}
-        out.append(f"| {name} | {d['tokens_seen']:,} | {d['global_step']} | {d['rows']:,} | {d['wall_s']:.0f} | "
-                   f"{d['tokens_seen'] / max(d['wall_s'], 1e-9):,.0f} | {d['final_loss']:.3f} | {'bf16' if prec.get('bf16') else 'fp32'} |")
-    if (rd / "sft_base.json").exists():
-        b = read_json(rd / "sft_base.json"); q = b["dev_quote_loss"]; pr = b["precision"]
-        probe = f" (probe: fp32 {pr['fp32_step_s']:.3f} s/step, bf16 {pr['bf16_step_s']:.3f} s/step)" if "fp32_step_s" in pr else ""
-        out += ["", f"Base model (quote pretraining on training-world pages, shared by every student): {b['steps']} steps, "
-                    f"{b['tokens_seen']:,} tokens in {b['wall_s']:.0f} s, {'bf16' if pr.get('bf16') else 'fp32'}{probe}; "
-                    f"quote loss on pages of unseen dev worlds {q['random weights']:.2f} → {q['base model']:.2f} nats."]
-    return "\n".join(out) + "\n"
 
 # %% ../nbs/09_sft.ipynb #a798af45
 def ladder_summary(results_dir) -> "pd.DataFrame":
@@ -610,7 +380,7 @@ COPY_LOSS_KEYS = ("copied_first", "copied_rest", "other")
 
 def copy_token_losses(model, tokenizer, rows: Sequence[dict]) -> dict[str, float]:
     "Mean next-token loss (nats) of `model` on the trained tokens of prompt/completion `rows`: a copied span's first token, its rest, the others."
-    from coa_lib.llm import copied_spans
+    from coa_lib.tokenizer import copied_spans
     sums = {k: [0.0, 0] for k in COPY_LOSS_KEYS}
     was = model.training; model.eval()
     try:
@@ -633,16 +403,3 @@ def copy_token_losses(model, tokenizer, rows: Sequence[dict]) -> dict[str, float
                 sums[key][0] += float(nll[k - 1]); sums[key][1] += 1
     finally: model.train(was)
     return {k: s / n for k, (s, n) in sums.items() if n}
-
-def held_out_dev_rows(run_dir, profile: str, kinds: Sequence[str], n: int) -> list[dict]:
-    "Up to `n` CoA rows distilled from the teacher's solved traces on *dev* tasks of `kinds` (never test): held-out trajectories."
-    from coa_lib.distill import distill
-    from coa_lib.llm import student_tokenizer
-    from coa_lib.mas import TeacherConfig, teacher_eval
-    from coa_lib.tasks import TaskConfig, build_task_splits
-    run_dir = resolve_run_dir(run_dir)
-    dev_ids = set(build_task_splits(run_dir, TaskConfig.for_profile(profile))["dev"]["id"])
-    traces = teacher_eval(run_dir, TeacherConfig.for_profile(profile), progress=False)
-    traces = traces.filter(lambda t: t["id"] in dev_ids and t["kind"] in set(kinds) and t["reward"] == 1.0)
-    return distill(traces, "coa", student_tokenizer(run_dir, profile)).to_list()[:n]
-

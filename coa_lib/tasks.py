@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from datasets import Dataset, load_from_disk
+from datasets import Dataset
 
 from .benchmarks import benchmark_corpus
-from .core import (QA_KINDS, SPLITS, TASK_KINDS, check_kind, check_profile, check_split, load_or_build, meta_json,
-                          rng_for, save_dataset, split_of,
+from .core import (QA_KINDS, SPLITS, TASK_KINDS, check_kind, check_profile, check_split, meta_json,
+                          rng_for, split_of,
                           stable_hash, task_meta, to_dataset)
 from .problems import code_rows, game24_rows, math_rows
 from .worlds import ENTITY_TYPES, Entity, World, make_world
@@ -23,7 +23,7 @@ from .worlds import ENTITY_TYPES, Entity, World, make_world
 __all__ = ['RELATIONS', 'RELATIONS_BY_TYPE', 'START_NP', 'MULTIHOP_WEIGHTS', 'COMPARISONS', 'MIXED_TEMPLATES', 'QA_GENERATORS',
            'TASK_GENERATORS', 'WORLD_SPLITS', 'Relation', 'Comparison', 'MixedTemplate', 'safe_arith', 'QAGenerator',
            'make_tasks', 'world_seed_for', 'world_split_of', 'make_task_suite', 'world_corpus', 'corpus_for_task',
-           'TaskConfig', 'build_task_splits', 'plot_task_stats']
+           'TaskConfig', 'plot_task_stats']
 
 # %% ../nbs/01_tasks.ipynb #f4cfa140
 @dataclass(frozen=True)
@@ -374,14 +374,6 @@ class TaskConfig:
 
     def n(self, split: str) -> int: return {"train": self.n_train, "train_heldout": self.n_heldout}.get(split, self.n_eval)
     def worlds(self, split: str) -> int: return self.worlds_train if split in ("train", "train_heldout") else self.worlds_eval
-
-def build_task_splits(run_dir, cfg: TaskConfig) -> dict[str, Dataset]:
-    "The four task splits of a run: loaded from `run_dir/tasks_<split>` or built and saved there."
-    out = {}
-    for split in SPLITS:
-        build = lambda p, s=split: save_dataset(make_task_suite(cfg.kinds, cfg.n(s), s, cfg.seed, cfg.worlds(s), cfg.n_entities), p)
-        out[split] = load_or_build(run_dir, f"tasks_{split}", build, lambda p: load_from_disk(str(p)))
-    return out
 
 def plot_task_stats(splits: dict[str, Dataset], path) -> Path:
     "Bar charts: hops of QA tasks per kind, and tasks per kind per split; saved as PNG."

@@ -2,8 +2,9 @@
 import pytest
 
 from coa_lib.distill import trace_to_coa
-from coa_lib.filtering import build_sft_sets
-from coa_lib.llm import build_tokenizer, copied_spans, copyability, gpt2_pre_tokenizer, student_tokenizer
+from coa_lib.stages import build_sft_sets
+from coa_lib.stages import student_tokenizer
+from coa_lib.tokenizer import build_tokenizer, copied_spans, copyability, gpt2_pre_tokenizer
 from coa_lib.core import TASK_KINDS
 
 
@@ -60,7 +61,8 @@ def test_copyability_can_fail():
 
 def test_saved_student_keeps_the_copy_safe_tokens(smoke_run, tmp_path):
     "A student saved by `train_sft` and loaded back by path (training from a base dir, rollouts) tokenizes like the run's tokenizer."
-    from coa_lib.llm import build_tiny_qwen2, load_policy, load_tokenizer
+    from coa_lib.llm import build_tiny_qwen2, load_policy
+    from coa_lib.tokenizer import load_tokenizer
     from coa_lib.sft import SFTStageConfig, train_sft
     rd, sets, tok = smoke_run
     out = train_sft(sets["coa_sft"].select(range(4)), build_tiny_qwen2(tok, "nano"), tmp_path / "student",

@@ -7,8 +7,10 @@ from coa_lib.distill import distill, trace_to_coa, trace_to_direct, trace_to_rea
 from coa_lib.filtering import (FilterConfig, ROW_STAGES, action_key, check_complexity, is_recovery, progressive_filter,
                                quality_stage)
 from coa_lib.format import COA, DIRECT, REACT, parse_coa, validate_coa
-from coa_lib.llm import ScriptedBackend, build_tokenizer
-from coa_lib.mas import MASLimits, MistakeKnobs, run_teacher, trace_calls
+from coa_lib.llm import ScriptedBackend
+from coa_lib.tokenizer import build_tokenizer
+from coa_lib.mas import MASLimits, run_teacher, trace_calls
+from coa_lib.teacher import MistakeKnobs, scripted_backend
 from coa_lib.tasks import make_task_suite
 
 
@@ -25,7 +27,7 @@ def tok(tasks):
 @pytest.fixture(scope="module")
 def traces(tasks, tok, tmp_path_factory):
     knobs = MistakeKnobs(vague_query_p=0.3, misread_p=0.3, arithmetic_slip_p=0.3, skip_check_p=0.2, critic_detect_p=0.7)
-    return run_teacher(tasks, tokenizer=tok, knobs=knobs, run_dir=tmp_path_factory.mktemp("run"), shard_size=8, progress=False)
+    return run_teacher(tasks, scripted_backend(tasks, knobs), tok, run_dir=tmp_path_factory.mktemp("run"), shard_size=8, progress=False)
 
 
 def test_every_distilled_trajectory_validates(traces):

@@ -16,7 +16,8 @@ import os, time
 from pathlib import Path
 from datasets import Dataset, load_from_disk
 from coa_lib.core import atomic_dir, load_or_build
-from coa_lib.tasks import TaskConfig, build_task_splits
+from coa_lib.stages import build_task_splits
+from coa_lib.tasks import TaskConfig
 rd = Path(run_dir); slow = float(os.environ.get("COA_TEST_SLOW", "0"))
 splits = build_task_splits(rd, TaskConfig.for_profile("smoke"))
 def build(path):
@@ -34,11 +35,13 @@ import os, time
 from pathlib import Path
 from coa_lib.core import load_or_build, save_dataset
 from coa_lib.mas import run_teacher
-from coa_lib.tasks import TaskConfig, build_task_splits
+from coa_lib.teacher import scripted_backend
+from coa_lib.stages import build_task_splits
+from coa_lib.tasks import TaskConfig
 rd = Path(run_dir); slow = float(os.environ.get("COA_TEST_SLOW", "0"))
 tasks = build_task_splits(rd, TaskConfig.for_profile("smoke"))["train"].select(range(12))
 def build(path):
-    ds = run_teacher(tasks, run_dir=rd, name="traces", workers=1, shard_size=3, progress=False,
+    ds = run_teacher(tasks, scripted_backend(tasks), run_dir=rd, name="traces", workers=1, shard_size=3, progress=False,
                      on_shard=lambda i: time.sleep(slow if i >= 1 else 0))     # kills land between shards
     save_dataset(ds, path)
 traces = load_or_build(rd, "traces", build, lambda p: __import__("datasets").load_from_disk(str(p)))

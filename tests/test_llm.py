@@ -11,9 +11,9 @@ from hypothesis import given, settings, strategies as st
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from coa_lib.format import STOP_STRINGS, format_observation, token_loss_mask
-from coa_lib.llm import (IM_END, PAD, EOS, QWEN2_SIZES, TAG_TOKENS, Backend, BackendError, Completion, HFBackend,
-                         JudgeError, OpenAIBackend, ScriptedBackend, apply_chat_template, build_tiny_qwen2,
-                         build_tokenizer, first_stop, llm_judge, load_policy, n_params, parse_judgement, qwen2_config)
+from coa_lib.format import find_stop
+from coa_lib.llm import (Backend, BackendError, build_tiny_qwen2, Completion, HFBackend, JudgeError, llm_judge, load_policy, n_params, OpenAIBackend, parse_judgement, qwen2_config, QWEN2_SIZES, ScriptedBackend)
+from coa_lib.tokenizer import apply_chat_template, build_tokenizer, EOS, IM_END, PAD, TAG_TOKENS
 
 TRAJ = ("<plan>Find the director.</plan>\n<web_search>director of Blue Harbor</web_search>"
         + format_observation("Blue Harbor (film) is a 1994 drama directed by Ana Vell.")
@@ -92,7 +92,7 @@ def test_scripted_stop_property(text, stops, budget):
 
 
 def test_first_stop_tie_prefers_longest():
-    assert first_stop("x</code>", ["</c", "</code>"]) == (1, "</code>")
+    assert find_stop("x</code>", ["</c", "</code>"]) == (1, "</code>")
 
 
 # ---------------------------------------------------------------- tokenizer
@@ -182,7 +182,7 @@ def test_stop_strings_per_row(hb):
     singles = [hb.generate([p], stop=stops, max_new_tokens=10)[0] for p in PROMPTS]
     for f, c, s in zip(free, cut, singles):
         assert (c.text, c.stop, c.finish_reason) == (s.text, s.stop, s.finish_reason)  # rows do not disturb each other
-        hit = first_stop(f.text, stops)
+        hit = find_stop(f.text, stops)
         if hit:
             assert (c.finish_reason, c.stop, c.text) == ("stop", hit[1], f.text[:hit[0]])
             assert c.completion_tokens <= f.completion_tokens

@@ -3,7 +3,7 @@ wrong (never a bare KeyError / JSONDecodeError / UnicodeDecodeError, never a sil
 
 Every format × every kind of bad file, through every entry point that reads that format: `load_benchmark`,
 `load_corpus_file` and `corpus_for_task` (formats that carry a corpus), `load_benchmark(..., corpus=)` (a user corpus),
-and the GameOf24 helpers that read AgentFlow's file (`excluded_game24_hands`, `sft.game24_real`)."""
+and the GameOf24 helpers that read AgentFlow's file (`excluded_game24_hands`, `game24_real`)."""
 import csv, io, json
 from pathlib import Path
 
@@ -139,8 +139,7 @@ def entry_points(fmt: str, p: Path, monkeypatch) -> dict:
     if fmt == "corpus_jsonl":
         calls["load_benchmark(corpus=)"] = lambda: load_benchmark(SAMPLES / "bamboogle_sample.json", "bamboogle", corpus=p)
     if fmt == "gameof24_json":
-        from coa_lib import sft
-        for mod in (C, P):   # problems imported the name; game24_real looks it up in core
+        for mod in (C, P, B):   # problems and benchmarks import the name from core
             monkeypatch.setattr(mod, "agentflow_benchmark_dir", lambda repo_root=None: p.parent)
 
         def excluded():
@@ -148,7 +147,7 @@ def entry_points(fmt: str, p: Path, monkeypatch) -> dict:
             try: return P.excluded_game24_hands()
             finally: P.excluded_game24_hands.cache_clear()
         calls["excluded_game24_hands"] = excluded
-        calls["sft.game24_real"] = lambda: sft.game24_real(2)
+        calls["game24_real"] = lambda: B.game24_real(2)
     return calls
 
 

@@ -4,9 +4,10 @@ import json, random, re
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from coa_lib.llm import ScriptedBackend, TokenCounter, build_tokenizer
-from coa_lib.mas import (MAS, DeadTools, MASLimits, MistakeKnobs, ScriptedTeacher, parse_plan, parse_report,
-                         parse_review, parse_verdict, read_prompt, run_teacher, trace_calls)
+from coa_lib.llm import ScriptedBackend
+from coa_lib.tokenizer import build_tokenizer, TokenCounter
+from coa_lib.mas import (DeadTools, MAS, MASLimits, parse_plan, parse_report, parse_review, parse_verdict, run_teacher, trace_calls)
+from coa_lib.teacher import MistakeKnobs, read_prompt, ScriptedTeacher, scripted_backend
 from coa_lib.core import TASK_KINDS
 from coa_lib.tasks import make_task_suite
 
@@ -25,7 +26,7 @@ def tok(tasks):
 @pytest.fixture(scope="module")
 def traces(tasks, tok, tmp_path_factory):
     knobs = MistakeKnobs(vague_query_p=0.3, misread_p=0.3, arithmetic_slip_p=0.3, skip_check_p=0.1, critic_detect_p=0.8)
-    return run_teacher(tasks, tokenizer=tok, knobs=knobs, run_dir=tmp_path_factory.mktemp("run"), shard_size=6, progress=False)
+    return run_teacher(tasks, scripted_backend(tasks, knobs), tok, run_dir=tmp_path_factory.mktemp("run"), shard_size=6, progress=False)
 
 
 def n_tokens(tok, text):
@@ -63,14 +64,14 @@ def test_resume_after_interruption_duplicates_no_trace(tasks, tok, tmp_path):
     def boom(i):
         if i == 1: raise Interrupt()
     with pytest.raises(Interrupt):
-        run_teacher(small, tokenizer=tok, run_dir=tmp_path, name="t", shard_size=3, progress=False, on_shard=boom)
+        run_teacher(small, scripted_backend(small), tok, run_dir=tmp_path, name="t", shard_size=3, progress=False, on_shard=boom)
     assert len(list((tmp_path / "t.shards").glob("shard-*.jsonl"))) == 2
     redone = []
-    ds = run_teacher(small, tokenizer=tok, run_dir=tmp_path, name="t", shard_size=3, progress=False, on_shard=redone.append)
+    ds = run_teacher(small, scripted_backend(small), tok, run_dir=tmp_path, name="t", shard_size=3, progress=False, on_shard=redone.append)
     assert redone == [2, 3]                      # finished shards are not redone
     assert sorted(ds["id"]) == sorted(t["id"] for t in small)
     assert len(set(ds["id"])) == len(small)
-    again = run_teacher(small, tokenizer=tok, run_dir=tmp_path, name="t", shard_size=3, progress=False, on_shard=redone.append)
+    again = run_teacher(small, scripted_backend(small), tok, run_dir=tmp_path, name="t", shard_size=3, progress=False, on_shard=redone.append)
     assert redone == [2, 3] and again["id"] == ds["id"]
 
 

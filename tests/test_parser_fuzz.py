@@ -62,7 +62,7 @@ def handmade_seeds() -> list[str]:
 
 def toy_seeds() -> list[str]:
     "Ideal toy-world rollouts (coa_lib.rollout's toy_solution): tool calls and environment blocks as a rollout writes them."
-    from coa_lib.rollout import toy_solution, toy_tasks, toy_world
+    from coa_lib.toy import toy_solution, toy_tasks, toy_world
     out = []
     for w in range(3):
         table = toy_world(w)
@@ -73,13 +73,14 @@ def toy_seeds() -> list[str]:
 def distilled_seeds(tmp_dir) -> list[str]:
     "The scripted teacher's traces (with its mistakes: vague queries, misreads, slips) distilled to CoA, ReAct and direct."
     from coa_lib.distill import trace_to_coa, trace_to_direct, trace_to_react
-    from coa_lib.llm import build_tokenizer
-    from coa_lib.mas import MistakeKnobs, run_teacher
+    from coa_lib.tokenizer import build_tokenizer
+    from coa_lib.mas import run_teacher
+    from coa_lib.teacher import MistakeKnobs, scripted_backend
     from coa_lib.tasks import make_task_suite
     tasks = [dict(t) for t in make_task_suite(n_per_kind=2, worlds_per_split=2, seed=5)]
     tok = build_tokenizer([t["question"] + " " + t["answer"] for t in tasks] * 5, vocab_size=600)
     knobs = MistakeKnobs(vague_query_p=0.3, misread_p=0.3, arithmetic_slip_p=0.3, skip_check_p=0.2, critic_detect_p=0.7)
-    traces = run_teacher(tasks, tokenizer=tok, knobs=knobs, run_dir=tmp_dir, shard_size=8, progress=False)
+    traces = run_teacher(tasks, scripted_backend(tasks, knobs), tok, run_dir=tmp_dir, shard_size=8, progress=False)
     return [f(tr) for tr in traces for f in (trace_to_coa, trace_to_react, trace_to_direct)]
 
 

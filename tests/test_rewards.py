@@ -218,8 +218,8 @@ def test_unit_test_reward_timeout_and_string_tests():
 
 
 def test_unit_test_reward_refuses_to_score_without_a_sandbox(monkeypatch):
-    import coa_lib.tools as T
-    monkeypatch.setattr(T, "run_python", lambda *a, **k: T.ExecResult(False, "", "", "SandboxUnavailable: no bwrap"))
+    from coa_lib.sandbox import ExecResult
+    monkeypatch.setattr(R, "run_python", lambda *a, **k: ExecResult(False, "", "", "SandboxUnavailable: no bwrap"))
     with pytest.raises(R.SandboxUnavailableError): unit_test_reward("def add(a, b): return a + b", ADD_TESTS, "add")
 
 
@@ -309,12 +309,12 @@ def test_score_code_kind_survives_hostile_text():
 
 
 def test_score_with_a_judge():
-    from coa_lib.llm import ScriptedBackend
+    from coa_lib.llm import ScriptedBackend, judge_with
     calls = []
     def policy(prompt):
         calls.append(prompt)
         return '{"rationale": "ok", "judgement": "correct"}'
-    judge = ScriptedBackend(policy)
+    judge = judge_with(ScriptedBackend(policy))
     qa = {"id": "q", "kind": "multihop", "question": "Where?", "answer": "Velmora", "meta": "{}"}
     assert score(qa, "the coastal town of Velmora") == 0.0
     assert score(qa, "the coastal town of Velmora", judge=judge) == 1.0
@@ -323,7 +323,7 @@ def test_score_with_a_judge():
     assert score(qa, None, judge=judge) == 0.0 and len(calls) == 2      # an empty answer never reaches the judge
     g = {"id": "g", "kind": "game24", "question": "?", "answer": "", "meta": json.dumps({"hand": [4, 7, 8, 8]})}
     assert score(g, "24", judge=judge) == 0.0 and len(calls) == 2         # verifiable kinds ignore the judge
-    no = ScriptedBackend(lambda p: '{"rationale": "no", "judgement": "incorrect"}')
+    no = judge_with(ScriptedBackend(lambda p: '{"rationale": "no", "judgement": "incorrect"}'))
     assert score(qa, "Velmora", judge=no) == 0.0
 
 

@@ -6,9 +6,12 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from coa_lib.format import ALL_TAGS, STOP_STRINGS, format_observation
-from coa_lib.llm import BackendError, ScriptedBackend, build_tiny_qwen2, build_tokenizer
-from coa_lib.rollout import (Episode, FinishReason, ToyToolBox, ToyTrainConfig, evaluate, naive_rollout, pass_at_k,
-                             rollout, summarize, toy_policy, toy_tasks, toy_texts, toy_world, train_toy_agent)
+from coa_lib.llm import BackendError, build_tiny_qwen2, ScriptedBackend
+from coa_lib.tokenizer import build_tokenizer
+from coa_lib.episode import Episode, FinishReason
+from coa_lib.evaluate import evaluate, pass_at_k, summarize
+from coa_lib.rollout import naive_rollout, rollout
+from coa_lib.toy import toy_policy, toy_tasks, toy_texts, toy_world, ToyToolBox, ToyTrainConfig, train_toy_agent
 
 BUDGET = dict(max_turns=4, max_new_tokens=24, max_total_tokens=400)
 

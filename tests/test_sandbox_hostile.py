@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from coa_lib.tools import SANDBOX_UID, run_python, sandbox_info
+from coa_lib.sandbox import run_python, sandbox_info, SANDBOX_UID
 from procs import live_pids, stat_fields
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 CHILD = """
 import json, os, sys
-import coa_lib.tools as t
+import coa_lib.sandbox as t
 place = sys.argv[1]
 assert t.__file__.startswith(place), (t.__file__, place)           # the copy under test, not the repo's package
 r = t.run_python("import os, numpy\\nprint(6 * 7, os.path.exists(%r), os.listdir('/tmp/work'))" % place)

@@ -14,7 +14,8 @@ import openai
 import pytest
 import torch
 
-from coa_lib.llm import BackendError, OpenAIBackend, build_tiny_qwen2, build_tokenizer, load_policy
+from coa_lib.llm import BackendError, build_tiny_qwen2, load_policy, OpenAIBackend
+from coa_lib.tokenizer import build_tokenizer
 from coa_lib.serve import ServeConfig, serve
 
 MODEL_ID = "tiny-coa"

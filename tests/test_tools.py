@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from coa_lib import tools as T
+from coa_lib import sandbox as S, tools as T
 from coa_lib.format import ToolCall, find_tool_call
-from coa_lib.tools import (ALREADY_CALLED, NO_CORPUS, CrawlTool, ExecResult, Pages, SearchTool, ToolBox, as_pages,
-                           run_python, sandbox_info, tokenize)
+from coa_lib.sandbox import ExecResult, run_python, sandbox_info
+from coa_lib.tools import ALREADY_CALLED, as_pages, CrawlTool, NO_CORPUS, Pages, SearchTool, tokenize, ToolBox
 
 WORDS = ["amber", "harbour", "river", "glass", "bridge", "merchant", "mountain", "village", "founded", "born", "capital",
          "island", "tower", "library", "winter", "festival", "copper", "mill", "north", "south"]
@@ -211,7 +211,7 @@ def test_a_failed_set_up_names_the_path_and_bwraps_message(monkeypatch, tmp_path
         info = sandbox_info(refresh=True)
         assert not info.available, info
         assert str(private) in info.reason and "bwrap:" in info.reason and "Permission denied" in info.reason, info.reason
-        assert f"uid {T.SANDBOX_UID}" in info.reason and "install" not in info.reason.lower(), info.reason
+        assert f"uid {S.SANDBOX_UID}" in info.reason and "install" not in info.reason.lower(), info.reason
         r = run_python("print(1)")
         assert not r.ok and str(private) in r.error and "install" not in r.error.lower(), r.error
     finally:
