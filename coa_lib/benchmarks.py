@@ -69,6 +69,7 @@ def _read_musique(path) -> tuple[list[dict], list[dict]]:
                           aliases=str_list(get_field(rec, "answer_aliases", path, w, list, default=[]), path, w, "answer_aliases")))
     return rows, corpus
 
+# %% ../nbs/01c_benchmarks.ipynb #a76808d4
 def _read_bamboogle(path) -> tuple[list[dict], None]:
     rows = []
     for i, rec in enumerate(read_json_list(path)):
@@ -114,6 +115,7 @@ def _math_answer(v, path, where: str) -> str:
     if not s: raise format_error(path, where, "answer", "empty")
     return s
 
+# %% ../nbs/01c_benchmarks.ipynb #7773ab0c
 def _read_aime_jsonl(path) -> tuple[list[dict], None]:
     rows = []
     for w, rec in read_jsonl(path):
@@ -174,6 +176,7 @@ def load_corpus_file(path: str | Path, fmt: str | BenchmarkFormat = "corpus_json
     ds.corpus_id = _file_id(fmt, path)
     return ds
 
+# %% ../nbs/01c_benchmarks.ipynb #a7fe4d38
 def load_benchmark(path: str | Path, fmt: str | BenchmarkFormat, corpus: str | Path | Dataset | None = None) -> Dataset:
     "Read a benchmark file in its public format into task rows (+ `.corpus` / `.corpus_id` where it has paragraphs)."
     fmt, path = get_format(fmt), Path(path)

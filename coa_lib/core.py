@@ -204,6 +204,7 @@ def _json_row_at(text: str, pos: int) -> str | None:
         i, k = ws(i + 1), k + 1
     return f"row {k}" if i >= n else None
 
+# %% ../nbs/00_core.ipynb #70891c19
 def read_text_file(path, json_list: bool = False) -> str:
     "The text of a UTF-8 data file (a BOM dropped), else a DataFormatError: not a file, unreadable, empty, or not UTF-8 (naming the line)."
     path = Path(path)
@@ -246,6 +247,7 @@ def read_jsonl(path) -> list[tuple[str, Any]]:
     if not out: raise DataFormatError(f"{path}: no records (only blank lines)")
     return out
 
+# %% ../nbs/00_core.ipynb #42b3fd67
 def read_csv_rows(path, required: tuple[str, ...]) -> list[tuple[str, dict]]:
     "The rows of a CSV file with a header holding `required`, each with its line ('line 2' is the first row)."
     reader = csv.DictReader(io.StringIO(read_text_file(path), newline=""), strict=True)

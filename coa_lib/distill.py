@@ -70,6 +70,8 @@ class Spans:
     compact: bool = True  # findings without the agents' remarks; short plan, reflection and check (see the table above)
 
 COA_SPANS = Spans(True, True, True, True, True)
+
+# %% ../nbs/06_distill.ipynb #bc3e202d
 REACT_SPANS = Spans(False, True, False, False, True)
 DIRECT_SPANS = Spans(False, False, False, False, False)
 
@@ -110,7 +112,6 @@ def trace_to_react(trace: dict, compact: bool = True) -> str:
 def trace_to_direct(trace: dict) -> str:
     "The direct-answer twin: the answer only."
     return linearize(trace, DIRECT_SPANS)
-
 
 # %% ../nbs/06_distill.ipynb #870b1dc0
 def trained_tokens_by_role(rows: Iterable[dict], tokenizer) -> dict[str, float]:

@@ -30,6 +30,7 @@ class FinishReason(str, Enum):
     @property
     def truncated(self) -> bool: return self.name.startswith("TRUNCATED")
 
+# %% ../nbs/08a_episode.ipynb #48160778
 @dataclass
 class Episode:
     "One attempt at one task: text, token ids with env mask and logprobs, token bill, tool calls, ending, reward."
@@ -101,6 +102,7 @@ ANSWER_STOP = close_tag("answer")
 def _default_reward(task: dict, answer: str | None) -> float:
     return float(score(task, answer))
 
+# %% ../nbs/08a_episode.ipynb #065cd6f6
 class EpisodeRun:
     "The environment side of one episode: tool calls, observations, budgets and the episode record."
     def __init__(self, task: dict, sample: int, fmt: TagSet, prompt: str, limits: Limits, toolbox=None,

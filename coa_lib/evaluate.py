@@ -75,6 +75,7 @@ def summarize(episodes: list[Episode], k: Sequence[int] = (1,)) -> dict:
     m["generated_tokens"] = sum(e.generated_tokens for e in episodes)
     return m
 
+# %% ../nbs/08c_evaluate.ipynb #d2970f04
 def records_dataset(episodes: list[Episode], tasks: Sequence[dict] | None = None):
     "One `Dataset` row per episode (+ question and gold answer when `tasks` are given)."
     from datasets import Dataset, Features, Sequence as Seq, Value

@@ -147,6 +147,7 @@ class _StopOnStrings(StoppingCriteria):
 def _as_dtype(dtype):
     return getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype
 
+# %% ../nbs/04_llm.ipynb #e8503c19
 class HFBackend(Backend):
     "A local transformers causal LM behind the Backend interface: batched, left-padded, per-row stop strings, seeded sampling."
     def __init__(self, model_or_path, tokenizer=None, device: str = "cpu", dtype=None, batch_size: int = 32,
@@ -227,6 +228,7 @@ def _transient_errors() -> tuple[type[BaseException], ...]:
     import openai
     return (openai.APIConnectionError, openai.APITimeoutError, json.JSONDecodeError, _Malformed)
 
+# %% ../nbs/04_llm.ipynb #9a48dde6
 class OpenAIBackend(Backend):
     "An OpenAI-compatible HTTP endpoint (completions or chat completions) with explicit retries and BackendError."
     def __init__(self, base_url: str, model: str, api_key: str | None = None, chat: bool = False, timeout: float = 30.0,
@@ -339,7 +341,7 @@ def llm_judge(question: str, gold: str, prediction: str | None, backend: Backend
         replies.append(reply)
     raise JudgeError(f"judge gave no verdict in {retries + 1} tries; last reply: {replies[-1][:200]!r}")
 
-# %% ../nbs/04_llm.ipynb #ce0c8de9
+# %% ../nbs/04_llm.ipynb #924396af
 def judge_with(backend: Backend, retries: int = 2) -> Callable[[str, str, str | None], bool]:
     "A judge callable `(question, gold, prediction) -> bool` that asks `backend` through `llm_judge`."
     def judge(question: str, gold: str, prediction: str | None) -> bool:

@@ -188,6 +188,7 @@ def finish_trace(rec: dict, task: dict) -> dict:
     rec["recovered"] = bool(rec["replans"] and rec["reward"] == 1.0)
     return rec
 
+# %% ../nbs/05_teacher_mas.ipynb #d04892b5
 class MAS:
     "The teacher team over one `Backend`; `solve(task)` returns the trace of one task."
     def __init__(self, backend: Backend, counter: TokenCounter, limits: MASLimits = MASLimits(), toolbox_fn: Callable | None = None):

@@ -62,6 +62,7 @@ def _m_tickets(r, who):
     a, b, c, d = r.randint(120, 4000), r.randint(12, 95), r.randint(50, 3000), r.randint(8, 60)
     return f"A theatre run by {who} sells {a} tickets at {b} coins and {c} tickets at {d} coins. How many coins does it take in?", f"{a} * {b} + {c} * {d}"
 
+# %% ../nbs/01b_problems.ipynb #67c6174c
 MATH_TEMPLATES = tuple(MathTemplate(f.__name__[3:], f) for f in (_m_bolts, _m_train, _m_savings, _m_factory, _m_rows,
                                                                   _m_series, _m_field, _m_doubling, _m_tickets))
 
@@ -207,6 +208,7 @@ def _anagram_args(r):
 FIZZ = ((3, 5, "Fizz", "Buzz"), (2, 7, "Foo", "Bar"), (4, 6, "Ping", "Pong"), (3, 7, "Zip", "Zap"), (5, 9, "Tick", "Tock"), (2, 3, "Hop", "Skip"))
 SEQS = (("fibonacci", 0, 1), ("lucas", 2, 1), ("pell_like", 1, 3), ("tribe_seq", 3, 2))
 
+# %% ../nbs/01b_problems.ipynb #c15f82c3
 CODE_FAMILIES = (
     CodeFamily("reverse_words", ({"each": False}, {"each": True}),
         lambda p: f"def {'reverse_each_word' if p['each'] else 'reverse_words'}(s: str) -> str",
@@ -328,6 +330,8 @@ CODE_FAMILIES = (
                    "        while n >= v:\n            out += s\n            n -= v\n    return out\n"),
         lambda r, p: (r.randint(1, 3999),)),
 )
+
+# %% ../nbs/01b_problems.ipynb #e2d67fb6
 CODE_PROBLEMS = tuple((f, v) for f in CODE_FAMILIES for v in f.variants)
 N_CODE_TESTS = 5
 

@@ -104,6 +104,7 @@ def machine_info() -> dict:
 class StageFailed(RuntimeError):
     "A notebook of the batch failed; the message names the notebook, the cell and the error."
 
+# %% ../nbs/14_reproduce.ipynb #f41c57c4
 def _source_cell(executed: Path, cell_index: int) -> tuple[int, str]:
     "Index in the source notebook (papermill's injected-parameters cell not counted) and first line of a failed cell."
     import nbformat

@@ -141,6 +141,7 @@ def _tokens(text: str) -> list[Fraction | str]:
             out.append(_LATEX_OPS[op]); i += len(op)
     return out
 
+# %% ../nbs/03_rewards.ipynb #ac84ef98
 class _Parser:
     "Recursive descent over a token list, evaluating exactly."
     def __init__(self, toks: list): self.toks, self.i, self.depth = toks, 0, 0
@@ -179,6 +180,7 @@ def _strip_24_wrappers(text: str, target: int) -> str:
     if m: s = m.group(1).strip()
     return re.sub(rf"=\s*{target}(?:\.0+)?\s*$", "", s).strip()
 
+# %% ../nbs/03_rewards.ipynb #b525c731
 def _eval_24(expression: str, hand: Sequence[int], target: int) -> Fraction:
     "The exact value of `expression` if it uses exactly the numbers of `hand`; raises _Reject otherwise."
     if not isinstance(expression, str) or len(expression) > _MAX_EXPR_CHARS: raise _Reject("not a short string")

@@ -85,6 +85,7 @@ def _check_cacheable(model) -> None:
         raise NotImplementedError(f"KV-cache engine supports full-attention models only ({type(model).__name__} has {set(types)}); "
                                   "wrap it in a Backend instead")
 
+# %% ../nbs/08_rollout.ipynb #560be800
 class KVBatch:
     "A batched KV cache whose rows are independent sequences that grow, get refilled and are dropped; see above."
     def __init__(self, model, pad_id: int = 0, slack: float = 1.25, margin: int = 32):
@@ -229,6 +230,7 @@ class _Slot:
 def encode_prompt(tokenizer, prompt: str) -> list[int]:
     return tokenizer.encode(prompt, add_special_tokens=not has_chat_template(tokenizer))
 
+# %% ../nbs/08_rollout.ipynb #c746dd65
 def _rollout_kv(model, tokenizer, runs: list[EpisodeRun], limits: Limits, temperature: float, seed: int | None,
                 batch_size: int, bar, stats: dict | None = None) -> None:
     "Run `runs` through one `KVBatch` of at most `batch_size` rows, refilling rows as episodes end."

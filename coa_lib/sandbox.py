@@ -220,6 +220,7 @@ def _end_init(pidfd: int | None, timeout: float = 5.0) -> None:
         select.select([pidfd], [], [], timeout)       # readable once it has exited
     finally: os.close(pidfd)
 
+# %% ../nbs/02a_sandbox.ipynb #e04a6ccf
 def _seccomp_fd() -> int | None:
     "The read end of a pipe holding `seccomp_filter()` for bwrap (None where there is no filter for this machine)."
     prog = seccomp_filter()
@@ -237,6 +238,7 @@ def _kill_sandbox(proc: subprocess.Popen, init: int | None) -> None:
         except ProcessLookupError: pass
         proc.wait()
 
+# %% ../nbs/02a_sandbox.ipynb #d7608683
 def _communicate(proc: subprocess.Popen, data: bytes, deadline: float, lim: SandboxLimits) -> tuple[bytes, bytes, str]:
     "Feed stdin, collect stdout/stderr until EOF; returns (out, err, why_stopped) where why is '', 'timeout' or 'output'."
     keep = lim.max_output_chars * 4 + 16
@@ -268,6 +270,7 @@ def _communicate(proc: subprocess.Popen, data: bytes, deadline: float, lim: Sand
                     return bytes(bufs[proc.stdout.fileno()]), bytes(bufs[proc.stderr.fileno()]), "output"
     return bytes(bufs[proc.stdout.fileno()]), bytes(bufs[proc.stderr.fileno()]), ""
 
+# %% ../nbs/02a_sandbox.ipynb #daf103be
 def _run_sandboxed(code: str, lim: SandboxLimits, bwrap: str, python: str) -> ExecResult:
     "One run of `code` inside bwrap; never raises for anything the code does."
     t0 = time.monotonic()

@@ -93,6 +93,7 @@ def _stop(stop, cfg: ServeConfig) -> list[str] | None:
     if len(stops) > cfg.max_stop: raise RequestError(400, f"at most {cfg.max_stop} stop strings", "stop")
     return stops or None
 
+# %% ../nbs/04b_serve.ipynb #abb407ce
 def parse_request(body: Any, chat: bool, model_id: str, cfg: ServeConfig) -> GenerationRequest:
     "Validate a completions (`chat=False`) or chat completions body; raises RequestError naming the bad field."
     if not isinstance(body, dict): raise RequestError(400, "the request body must be a JSON object")
@@ -223,6 +224,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(RequestError(500, f"generation failed: {type(e).__name__}: {e}"))
         self._send(200, make_response(req, completions, self.server.model_id))
 
+# %% ../nbs/04b_serve.ipynb #3421e47c
 class CompletionServer(ThreadingHTTPServer):
     "An OpenAI-compatible HTTP server over one HFBackend; generation is serialised by a lock."
     daemon_threads = True
@@ -274,6 +276,7 @@ class CompletionServer(ThreadingHTTPServer):
         if self.thread is not None: super().shutdown(); self.thread.join(); self.thread = None
         self.server_close()
 
+# %% ../nbs/04b_serve.ipynb #081d4559
 def serve(model, host: str = "127.0.0.1", port: int = 0, tokenizer=None, model_id: str | None = None,
           config: ServeConfig | None = None, device: str = "cpu", dtype=None, batch_size: int = 32,
           verbose: bool = False) -> CompletionServer:

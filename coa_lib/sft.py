@@ -196,6 +196,7 @@ class WeightedLossCollator:
                 "attention_mask": torch.tensor([[1] * len(e["input_ids"]) + [0] * (width - len(e["input_ids"])) for e in examples]),
                 "loss_weights": torch.tensor(pad("loss_weights", 0.0), dtype=torch.float32)}
 
+# %% ../nbs/09_sft.ipynb #3b2b1c04
 def weighted_token_loss(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     "Next-token cross-entropy averaged with per-token `weights` (labels -100 get none)."
     logits, labels, weights = logits[:, :-1].float(), labels[:, 1:], weights[:, 1:] * (labels[:, 1:] != IGNORE)
@@ -236,6 +237,7 @@ def last_checkpoint(out_dir) -> Path | None:
     found = sorted(ck.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])) if ck.exists() else []
     return found[-1] if found else None
 
+# %% ../nbs/09_sft.ipynb #98129748
 def budget_subset(dataset: Dataset, tokenizer, cfg: SFTStageConfig, chunk: int = 256) -> Dataset:
     "Tokenized rows, in a seeded random order, until the budget is covered: `token_budget` tokens, or `max_steps` batches of rows."
     order = torch.randperm(dataset.num_rows, generator=torch.Generator().manual_seed(cfg.seed)).tolist()
@@ -279,6 +281,7 @@ def train_sft(dataset, base, out_dir, config: SFTStageConfig | None = None, toke
                              "wall_s": wall, "train_loss": result.training_loss, "precision": precision, "config": asdict(cfg)})
     return out_dir
 
+# %% ../nbs/09_sft.ipynb #f3cab02f
 def plot_loss(histories: Sequence[list[dict]], labels: Sequence[str], path, smooth: int = 10) -> Path:
     "Training loss against tokens seen (steps if not logged), raw (faint) and as a running mean of `smooth` points; saved as PNG."
     import matplotlib; matplotlib.use("Agg")
@@ -295,7 +298,6 @@ def plot_loss(histories: Sequence[list[dict]], labels: Sequence[str], path, smoo
            ylabel="loss (model-written tokens)", title=f"SFT loss (faint: logged; solid: mean of {smooth})"); ax.legend(fontsize=8)
     fig.tight_layout(); path = Path(path); path.parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=100); plt.close(fig)
     return path
-
 
 # %% ../nbs/09_sft.ipynb #dba2f716
 def sft_loss(trainer, rows: Sequence[dict]) -> float:

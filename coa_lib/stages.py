@@ -177,6 +177,7 @@ def _module_fn(name: str):
     import coa_lib.stages
     return getattr(coa_lib.stages, name)
 
+# %% ../nbs/14a_stages.ipynb #8cf0db16
 def train_student(run_dir, cfg: SFTStageConfig, student: Student, base: str | Path | None = None) -> Path:
     "Train one student into `run_dir/sft/<name>`: from the HF model at `base`, else the run's base model, else a fresh `cfg.size` model."
     run_dir = resolve_run_dir(run_dir)

@@ -178,6 +178,7 @@ def _mx_population_diff(w, names, rng):
     return (f"How many more people live in {a.name} than in {b.name}?",
             [(a.name, "population"), (b.name, "population")], f"{a['population']} - {b['population']}")
 
+# %% ../nbs/01_tasks.ipynb #56a2680e
 def _mx_work_hours(w, names, rng):
     c, k = w.entities[names[0]], rng.randint(20, 60)
     return (f"Every employee of {c.name} works {k} hours a week. How many hours do all its employees work in a week together?",
@@ -217,6 +218,7 @@ def safe_arith(expr: str) -> int:
         raise ValueError(f"unsupported expression {expr!r}")
     return ev(ast.parse(expr, mode="eval"))
 
+# %% ../nbs/01_tasks.ipynb #c19c8c5b
 def _mixed_candidates(world: World, ok: Callable[[str], bool]) -> dict[int, list]:
     "Candidates grouped by template index (so that pair templates do not drown the others)."
     groups: dict[int, list] = {}

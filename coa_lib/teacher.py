@@ -145,6 +145,7 @@ def _feedback_steps(feedback: str, steps: list[tuple[str, str]]) -> list[int]:
         if refs & redo or (agent == "code_agent" and redo - {k}): redo.add(k)
     return sorted(redo)
 
+# %% ../nbs/05a_scripted_teacher.ipynb #27faaa23
 def _suggest(task: dict, findings: dict[int, str]) -> str:
     "The answer the findings support, computed the way the question asks; 'unknown' if they do not."
     kind, path = task["kind"], _gold_steps(task)
@@ -307,6 +308,7 @@ def critic_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: Mistak
             r["trajectory_monitoring"] = "average"
     return json.dumps({**r, "comment": comment})
 
+# %% ../nbs/05a_scripted_teacher.ipynb #3d5f5329
 def verifier_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs) -> str:
     "The scripted verifier: score the suggested answer 1-4 with a reason."
     ans = p.fields.get("Suggested answer", "").strip()

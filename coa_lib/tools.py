@@ -83,6 +83,7 @@ def _safe_name(s: str) -> str:
 SEARCH_TOP_K = 3   # results per search: the gold page ranks first for every gold-path query (01_tasks), and each
                    # further result costs the agent ~80 tokens of context (5 until 2026-12-04)
 
+# %% ../nbs/02_tools.ipynb #facfcc51
 class SearchTool:
     "BM25 search over a corpus; `search(query)` returns the top-k titles with their best-matching sentences."
     def __init__(self, corpus: Any, k: int = SEARCH_TOP_K, cache_dir: str | os.PathLike | None = None,

@@ -64,6 +64,7 @@ class ToyToolBox:
         self.seen.add(arg)
         return self.table.get(arg, f"No results for {arg[:40]}")
 
+# %% ../nbs/08b_toy.ipynb #54406a3f
 def toy_solution(task: dict, table: dict[str, str]) -> list[tuple[str, bool]]:
     "The ideal trajectory of a toy task as (text, written_by_model) pieces."
     name, pieces = json.loads(task["meta"])["start"], []
@@ -121,6 +122,7 @@ class ToyTrainConfig:
     def for_profile(cls, profile: str) -> ToyTrainConfig:
         return {"smoke": cls(steps=40, batch_size=8, size="nano"), "full": cls(steps=300)}[check_profile(profile)]
 
+# %% ../nbs/08b_toy.ipynb #0e2bd747
 def train_toy_agent(model, tokenizer, cfg: ToyTrainConfig, fmt: TagSet | str = COA, progress: bool = True) -> list[float]:
     "Train `model` in place on toy trajectories (loss on model-written tokens only); the loss per step."
     g = torch.Generator().manual_seed(cfg.seed)

@@ -117,6 +117,7 @@ def _type_counts(n: int) -> dict[str, int]:
     if counts["person"] < ENTITY_MIN["person"]: raise ValueError(f"n_entities={n} leaves too few people")
     return counts
 
+# %% ../nbs/01a_worlds.ipynb #a7ed2ac0
 def _make_entities(rng: random.Random, n: int) -> dict[str, Entity]:
     counts, names, ents = _type_counts(n), NameGen(rng), {}
     def add(name: str, type: str, **attrs) -> Entity:
@@ -182,6 +183,7 @@ def _make_entities(rng: random.Random, n: int) -> dict[str, Entity]:
         p.attrs["occupation"] = " and ".join(roles) if roles else rng.choice(OCCUPATIONS)
     return ents
 
+# %% ../nbs/01a_worlds.ipynb #eca618c6
 def _country_name(names: NameGen, rng: random.Random) -> str:
     while True:
         w = names._syllables(rng.randint(1, 2), coda=False).capitalize() + rng.choice(COUNTRY_ENDINGS)
