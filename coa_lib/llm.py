@@ -341,7 +341,7 @@ def llm_judge(question: str, gold: str, prediction: str | None, backend: Backend
         replies.append(reply)
     raise JudgeError(f"judge gave no verdict in {retries + 1} tries; last reply: {replies[-1][:200]!r}")
 
-# %% ../nbs/04_llm.ipynb #924396af
+# %% ../nbs/04_llm.ipynb #3f8c76b9
 def judge_with(backend: Backend, retries: int = 2) -> Callable[[str, str, str | None], bool]:
     "A judge callable `(question, gold, prediction) -> bool` that asks `backend` through `llm_judge`."
     def judge(question: str, gold: str, prediction: str | None) -> bool:
