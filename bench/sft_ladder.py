@@ -176,7 +176,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--base", default=None, help="start from this saved model (e.g. a pretrained one) instead of a fresh --size model")
-    ap.add_argument("--base-steps", type=int, default=0, help="start from the stage's base model (coa_lib.sft.pretrain_base) with these quote steps")
+    ap.add_argument("--base-steps", type=int, default=0, help="start from the stage's base model (coa_lib.stages.pretrain_base) with these quote steps")
     ap.add_argument("--continues", default=None, help="go on training this rung's final model (its tokens seen carry over)")
     ap.add_argument("--plot", action="store_true", help="only plot the saved curves")
     a = ap.parse_args()

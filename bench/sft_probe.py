@@ -2,8 +2,8 @@
 
 The full profile's sizes (`coa_lib.sft.SFTStageConfig.for_profile("full")`) were chosen with this script, on the
 **dev** split only (the test split is for the stage notebook's table). It trains one student of the run's SFT sets
-(`coa_lib.filtering.build_sft_sets`, built at the run's profile when missing) through `coa_lib.sft.train_sft`, then rolls
-it out with the real tools on the first `--n-dev` dev tasks of each kind (`coa_lib.rollout.evaluate`, greedy).
+(`coa_lib.stages.build_sft_sets`, built at the run's profile when missing) through `coa_lib.sft.train_sft`, then rolls
+it out with the real tools on the first `--n-dev` dev tasks of each kind (`coa_lib.evaluate.evaluate`, greedy).
 
     python bench/sft_probe.py --run-dir runs/full --set coa_sft --tokens 600000 [--batch 4] [--lr 2e-3] [--size tiny]
 Prints training speed, loss and dev accuracy by kind; writes bench/results/sft_probe_<label>.json.

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Sequence
 
+from fastcore.basics import patch
 from .format import (OBSERVATION, STOP_STRINGS, TagSet, ToolCall, TurnEnd, close_tag, extract_answer,
                             find_stop, find_tool_call, format_observation, is_forged, open_tag, validate_coa)
 from .rewards import score
@@ -150,61 +151,67 @@ class EpisodeRun:
     def _encode(self, text: str) -> list[int] | None:
         return None if self.tokenizer is None else self.tokenizer.encode(text, add_special_tokens=False)
 
-    def _observe(self, block: str) -> list[int]:
-        e = self.ep
-        e.trajectory += block
-        ids = self._encode(block)
-        if ids is not None:
-            e.token_ids += ids; e.env_mask += [0] * len(ids)
-            if e.logprobs is not None: e.logprobs += [0.0] * len(ids)
-            e.observation_tokens += len(ids)
-        elif self.count_tokens is not None:
-            e.observation_tokens += self.count_tokens(block)
-        return ids or []
+# %% ../nbs/08a_episode.ipynb #10529da7
+@patch
+def _observe(self: EpisodeRun, block: str) -> list[int]:
+    e = self.ep
+    e.trajectory += block
+    ids = self._encode(block)
+    if ids is not None:
+        e.token_ids += ids; e.env_mask += [0] * len(ids)
+        if e.logprobs is not None: e.logprobs += [0.0] * len(ids)
+        e.observation_tokens += len(ids)
+    elif self.count_tokens is not None:
+        e.observation_tokens += self.count_tokens(block)
+    return ids or []
 
-    def run_tool(self, call: ToolCall) -> str:
-        if call.name not in self.fmt.tools:
-            return f"Error: tool <{call.name}> is not available in the {self.fmt.name} format."
-        obs = self.toolbox()(call)
-        return obs if isinstance(obs, str) else str(obs)
+@patch
+def run_tool(self: EpisodeRun, call: ToolCall) -> str:
+    if call.name not in self.fmt.tools:
+        return f"Error: tool <{call.name}> is not available in the {self.fmt.name} format."
+    obs = self.toolbox()(call)
+    return obs if isinstance(obs, str) else str(obs)
 
-    def end_turn(self, text: str, stop: str | None, cause: TurnEnd) -> list[int] | None:
-        "Apply the rules to one finished turn (`text` includes its stop string); the observation ids to feed, or None if the episode ended."
-        e = self.ep
-        e.trajectory += text
-        e.turns += 1
-        if stop == FORGE_STOP or is_forged(text): return self.finish(FinishReason.INVALID_FORGED, "the model wrote an observation tag")
-        if stop == ANSWER_STOP:
-            e.answer = extract_answer(text)
-            if e.answer is None: return self.finish(FinishReason.NO_ACTION, f"{ANSWER_STOP} without an opening <answer>")
-            return self.finish(FinishReason.ANSWER)
-        if stop is not None:
-            i = text.find(stop)
-            call = find_tool_call(text[:i + len(stop)] if i >= 0 else text)  # chars after the stop in its last token are ignored
-            if call is None: return self.finish(FinishReason.NO_ACTION, f"stopped at {stop} without a well-formed tool call")
-            obs = self.run_tool(call)
-            e.tool_calls.append({"name": call.name, "argument": call.argument, "observation": obs})
-            ids = self._observe(format_observation(obs))
-            if e.turns >= self.limits.max_turns: return self.finish(FinishReason.TRUNCATED_TURNS, f"{e.turns} turns")
-            if self.n_tokens >= self.limits.max_total_tokens:
-                return self.finish(FinishReason.TRUNCATED_TOKENS, f"{self.n_tokens} tokens after the observation")
-            return ids
-        if cause is TurnEnd.EOS: return self.finish(FinishReason.NO_ACTION, "end of sequence without a tool call or an answer")
-        if cause is TurnEnd.LENGTH: return self.finish(FinishReason.TRUNCATED_LENGTH, f"a turn wrote {self.limits.max_new_tokens} tokens")
-        return self.finish(FinishReason.TRUNCATED_TOKENS, f"{self.n_tokens} tokens")
+# %% ../nbs/08a_episode.ipynb #ff032deb
+@patch
+def end_turn(self: EpisodeRun, text: str, stop: str | None, cause: TurnEnd) -> list[int] | None:
+    "Apply the rules to one finished turn (`text` includes its stop string); the observation ids to feed, or None if the episode ended."
+    e = self.ep
+    e.trajectory += text
+    e.turns += 1
+    if stop == FORGE_STOP or is_forged(text): return self.finish(FinishReason.INVALID_FORGED, "the model wrote an observation tag")
+    if stop == ANSWER_STOP:
+        e.answer = extract_answer(text)
+        if e.answer is None: return self.finish(FinishReason.NO_ACTION, f"{ANSWER_STOP} without an opening <answer>")
+        return self.finish(FinishReason.ANSWER)
+    if stop is not None:
+        i = text.find(stop)
+        call = find_tool_call(text[:i + len(stop)] if i >= 0 else text)  # chars after the stop in its last token are ignored
+        if call is None: return self.finish(FinishReason.NO_ACTION, f"stopped at {stop} without a well-formed tool call")
+        obs = self.run_tool(call)
+        e.tool_calls.append({"name": call.name, "argument": call.argument, "observation": obs})
+        ids = self._observe(format_observation(obs))
+        if e.turns >= self.limits.max_turns: return self.finish(FinishReason.TRUNCATED_TURNS, f"{e.turns} turns")
+        if self.n_tokens >= self.limits.max_total_tokens:
+            return self.finish(FinishReason.TRUNCATED_TOKENS, f"{self.n_tokens} tokens after the observation")
+        return ids
+    if cause is TurnEnd.EOS: return self.finish(FinishReason.NO_ACTION, "end of sequence without a tool call or an answer")
+    if cause is TurnEnd.LENGTH: return self.finish(FinishReason.TRUNCATED_LENGTH, f"a turn wrote {self.limits.max_new_tokens} tokens")
+    return self.finish(FinishReason.TRUNCATED_TOKENS, f"{self.n_tokens} tokens")
 
-    def finish(self, reason: FinishReason, detail: str = "") -> None:
-        "End the episode: reason, validity problems, reward, token totals, wall time."
-        e = self.ep
-        e.finish, e.finish_detail = reason, detail
-        e.problems = validate_coa(e.trajectory, fmt=self.fmt, require_answer=False)  # a missing answer is in `finish`
-        if reason is FinishReason.INVALID_FORGED and not any("forged" in p for p in e.problems):
-            e.problems.append("forged observation: the model wrote an observation tag")
-        e.reward = float(self.reward_fn(self.task, e.answer))
-        e.processed_tokens_cached = self.n_tokens
-        e.wall_time = time.perf_counter() - self.t0
-        self.done = True
-        return None
+@patch
+def finish(self: EpisodeRun, reason: FinishReason, detail: str = "") -> None:
+    "End the episode: reason, validity problems, reward, token totals, wall time."
+    e = self.ep
+    e.finish, e.finish_detail = reason, detail
+    e.problems = validate_coa(e.trajectory, fmt=self.fmt, require_answer=False)  # a missing answer is in `finish`
+    if reason is FinishReason.INVALID_FORGED and not any("forged" in p for p in e.problems):
+        e.problems.append("forged observation: the model wrote an observation tag")
+    e.reward = float(self.reward_fn(self.task, e.answer))
+    e.processed_tokens_cached = self.n_tokens
+    e.wall_time = time.perf_counter() - self.t0
+    self.done = True
+    return None
 
 # %% ../nbs/08a_episode.ipynb #a6345d5b
 class TurnDecoder:

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from fastcore.basics import patch
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM, StoppingCriteria, StoppingCriteriaList
 
@@ -190,28 +191,31 @@ class HFBackend(Backend):
                 for i, c in zip(idx, self._batch([enc[i] for i in idx], stop, max_new_tokens, temperature)): out[i] = c
         return out
 
-    def _batch(self, batch: list[list[int]], stop, max_new_tokens: int, temperature: float) -> list[Completion]:
-        width = max(len(e) for e in batch)
-        ids = torch.tensor([[self.pad_id] * (width - len(e)) + e for e in batch], device=self.device)
-        mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in batch], device=self.device)
-        stopper = _StopOnStrings(self.tokenizer, stop, width, len(batch)) if stop and any(stop) else None
-        sampling = dict(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0) if temperature > 0 \
-            else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
-        gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                                  pad_token_id=self.pad_id, eos_token_id=self.eos_ids or None, repetition_penalty=1.0,
-                                  stopping_criteria=StoppingCriteriaList([stopper] if stopper else []), **sampling)
-        return [self._finish(gen[r, width:].tolist(), len(batch[r]), stopper.stopped_at[r] if stopper else None, stop)
-                for r in range(len(batch))]
+# %% ../nbs/04_llm.ipynb #ec7db9ee
+@patch
+def _batch(self: HFBackend, batch: list[list[int]], stop, max_new_tokens: int, temperature: float) -> list[Completion]:
+    width = max(len(e) for e in batch)
+    ids = torch.tensor([[self.pad_id] * (width - len(e)) + e for e in batch], device=self.device)
+    mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in batch], device=self.device)
+    stopper = _StopOnStrings(self.tokenizer, stop, width, len(batch)) if stop and any(stop) else None
+    sampling = dict(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0) if temperature > 0 \
+        else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
+    gen = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                              pad_token_id=self.pad_id, eos_token_id=self.eos_ids or None, repetition_penalty=1.0,
+                              stopping_criteria=StoppingCriteriaList([stopper] if stopper else []), **sampling)
+    return [self._finish(gen[r, width:].tolist(), len(batch[r]), stopper.stopped_at[r] if stopper else None, stop)
+            for r in range(len(batch))]
 
-    def _finish(self, new: list[int], n_prompt: int, stopped_at: int | None, stop) -> Completion:
-        decode = lambda t: self.tokenizer.decode(t, skip_special_tokens=False)
-        if stopped_at is not None:
-            text = decode(new[:stopped_at])
-            hit = find_stop(text, stop)
-            if hit: return Completion(text[:hit[0]], n_prompt, stopped_at, TurnEnd.STOP, hit[1])
-        end = next((k for k, t in enumerate(new) if t in self.eos_ids), None)
-        if end is not None: return Completion(decode(new[:end]), n_prompt, end + 1, TurnEnd.EOS)
-        return Completion(decode(new), n_prompt, len(new), TurnEnd.LENGTH)
+@patch
+def _finish(self: HFBackend, new: list[int], n_prompt: int, stopped_at: int | None, stop) -> Completion:
+    decode = lambda t: self.tokenizer.decode(t, skip_special_tokens=False)
+    if stopped_at is not None:
+        text = decode(new[:stopped_at])
+        hit = find_stop(text, stop)
+        if hit: return Completion(text[:hit[0]], n_prompt, stopped_at, TurnEnd.STOP, hit[1])
+    end = next((k for k, t in enumerate(new) if t in self.eos_ids), None)
+    if end is not None: return Completion(decode(new[:end]), n_prompt, end + 1, TurnEnd.EOS)
+    return Completion(decode(new), n_prompt, len(new), TurnEnd.LENGTH)
 
 # %% ../nbs/04_llm.ipynb #2d70d074
 def load_policy(path_or_model, tokenizer=None, device: str = "cpu", dtype=None, batch_size: int = 32,
@@ -266,22 +270,6 @@ class OpenAIBackend(Backend):
         return Completion(text, pt, ct, TurnEnd.STOP, sr) if isinstance(sr, str) and sr in (stop or ()) else \
             Completion(text, pt, ct, TurnEnd.EOS)
 
-    def _one(self, prompt, stop, max_new_tokens: int, temperature: float, seed: int | None) -> Completion:
-        import openai
-        last: BaseException | None = None
-        for attempt in range(self.max_retries + 1):
-            if attempt: time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            try:
-                return self._parse(self._request(prompt, stop, max_new_tokens, temperature, seed), stop)
-            except _transient_errors() as e:
-                last = e
-            except openai.APIStatusError as e:
-                if e.status_code != 429 and e.status_code < 500:
-                    raise BackendError(f"{self.base_url} rejected the request (HTTP {e.status_code}): {e.message}") from e
-                last = e
-        raise BackendError(f"{self.base_url} failed {self.max_retries + 1} times; last error: "
-                           f"{type(last).__name__}: {str(last)[:300]}") from last
-
     def generate(self, prompts: list[str], stop: Sequence[str] | None = None, max_new_tokens: int = 256,
                  temperature: float = 0.0, seed: int | None = None) -> list[Completion]:
         "One request per prompt (`concurrency` in flight); raises BackendError if any prompt fails after its retries."
@@ -289,6 +277,24 @@ class OpenAIBackend(Backend):
             return [self._one(p, stop, max_new_tokens, temperature, seed) for p in prompts]
         with ThreadPoolExecutor(min(self.concurrency, len(prompts))) as ex:
             return list(ex.map(lambda p: self._one(p, stop, max_new_tokens, temperature, seed), prompts))
+
+# %% ../nbs/04_llm.ipynb #8f7af989
+@patch
+def _one(self: OpenAIBackend, prompt, stop, max_new_tokens: int, temperature: float, seed: int | None) -> Completion:
+    import openai
+    last: BaseException | None = None
+    for attempt in range(self.max_retries + 1):
+        if attempt: time.sleep(self.backoff_s * 2 ** (attempt - 1))
+        try:
+            return self._parse(self._request(prompt, stop, max_new_tokens, temperature, seed), stop)
+        except _transient_errors() as e:
+            last = e
+        except openai.APIStatusError as e:
+            if e.status_code != 429 and e.status_code < 500:
+                raise BackendError(f"{self.base_url} rejected the request (HTTP {e.status_code}): {e.message}") from e
+            last = e
+    raise BackendError(f"{self.base_url} failed {self.max_retries + 1} times; last error: "
+                       f"{type(last).__name__}: {str(last)[:300]}") from last
 
 # %% ../nbs/04_llm.ipynb #e17fba64
 class JudgeError(RuntimeError):

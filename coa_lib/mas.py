@@ -11,6 +11,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Callable, Sequence
 
+from fastcore.basics import patch
 from datasets import Dataset
 from tqdm.auto import tqdm
 
@@ -233,52 +234,55 @@ class MAS:
             history += text[:tc.end] + format_observation(obs)
         return "(turn limit reached)"
 
-    def solve(self, task: dict, defer_score: bool = False) -> dict:
-        "Run the team on `task`; the trace as a dict (calls, final answer, reward, costs)."
-        t0, calls, lim = time.perf_counter(), [], self.limits
-        box, q = self.toolbox_fn(task), task["question"]
-        findings: dict[int, tuple[str, str]] = {}
-        plan_call = self.call(calls, Role.PLANNER, "plan", 0, 0, render_context(q, [], {}), render_instruction("plan"))
-        steps = parse_plan(plan_call.completion)[: lim.max_steps]
-        plan_call.parsed = {"steps": len(steps)}
-        todo, suggestion, replans, verdict = list(steps), None, 0, (0, "")
-        for rnd in range(lim.max_rounds):
-            last = rnd == lim.max_rounds - 1
-            for st in todo:
-                rep = self.run_agent(calls, task, box, st, rnd, steps, findings)
-                findings[st.num] = (st.agent.value, rep)
-            ctx = lambda: render_context(q, steps, findings)
-            crit = self.call(calls, Role.CRITIC, "review", rnd, 0, ctx(), render_instruction("review"))
-            crit.parsed = parse_review(crit.completion)
-            if any(crit.parsed[c] == "poor" for c in CRITERIA) and not last:
-                todo = self._replan(calls, rnd, q, steps, findings, crit.parsed["comment"])
-                replans += 1; continue
-            sug = self.call(calls, Role.PLANNER, "suggest", rnd, 0, ctx(), render_instruction("suggest"))
-            suggestion = tag_content(sug.completion, "suggested_answer")
-            sug.parsed = {"suggested_answer": suggestion}
-            code = next((c.argument for c in reversed(calls) if c.tool == "code"), None) or ""
-            ver = self.call(calls, Role.VERIFIER, "verify", rnd, 0, ctx(),
-                            render_instruction("verify", code=" ".join(code.split()) if task["kind"] in ("math", "mixed") else "",
-                                               suggested_answer=suggestion or ""))
-            verdict = parse_verdict(ver.completion)
-            ver.parsed = {"score": verdict[0], "reason": verdict[1]}
-            if verdict[0] >= 3 or last: break
-            todo = self._replan(calls, rnd, q, steps, findings, verdict[1]); replans += 1
-        fin = self.call(calls, Role.ANSWERER, "answer", lim.max_rounds, 0, render_context(q, steps, findings),
-                        render_instruction("answer", suggested_answer=suggestion or ""))
-        answer = extract_answer(fin.completion) or tag_content(fin.completion, "answer")
-        fin.parsed = {"answer": answer}
-        rec = trace_record(task, calls, answer, None, replans, verdict[0], time.perf_counter() - t0)
-        return rec if defer_score and task["kind"] in MAIN_THREAD_SCORED else finish_trace(rec, task)
+# %% ../nbs/05_teacher_mas.ipynb #faa60a93
+@patch
+def solve(self: MAS, task: dict, defer_score: bool = False) -> dict:
+    "Run the team on `task`; the trace as a dict (calls, final answer, reward, costs)."
+    t0, calls, lim = time.perf_counter(), [], self.limits
+    box, q = self.toolbox_fn(task), task["question"]
+    findings: dict[int, tuple[str, str]] = {}
+    plan_call = self.call(calls, Role.PLANNER, "plan", 0, 0, render_context(q, [], {}), render_instruction("plan"))
+    steps = parse_plan(plan_call.completion)[: lim.max_steps]
+    plan_call.parsed = {"steps": len(steps)}
+    todo, suggestion, replans, verdict = list(steps), None, 0, (0, "")
+    for rnd in range(lim.max_rounds):
+        last = rnd == lim.max_rounds - 1
+        for st in todo:
+            rep = self.run_agent(calls, task, box, st, rnd, steps, findings)
+            findings[st.num] = (st.agent.value, rep)
+        ctx = lambda: render_context(q, steps, findings)
+        crit = self.call(calls, Role.CRITIC, "review", rnd, 0, ctx(), render_instruction("review"))
+        crit.parsed = parse_review(crit.completion)
+        if any(crit.parsed[c] == "poor" for c in CRITERIA) and not last:
+            todo = self._replan(calls, rnd, q, steps, findings, crit.parsed["comment"])
+            replans += 1; continue
+        sug = self.call(calls, Role.PLANNER, "suggest", rnd, 0, ctx(), render_instruction("suggest"))
+        suggestion = tag_content(sug.completion, "suggested_answer")
+        sug.parsed = {"suggested_answer": suggestion}
+        code = next((c.argument for c in reversed(calls) if c.tool == "code"), None) or ""
+        ver = self.call(calls, Role.VERIFIER, "verify", rnd, 0, ctx(),
+                        render_instruction("verify", code=" ".join(code.split()) if task["kind"] in ("math", "mixed") else "",
+                                           suggested_answer=suggestion or ""))
+        verdict = parse_verdict(ver.completion)
+        ver.parsed = {"score": verdict[0], "reason": verdict[1]}
+        if verdict[0] >= 3 or last: break
+        todo = self._replan(calls, rnd, q, steps, findings, verdict[1]); replans += 1
+    fin = self.call(calls, Role.ANSWERER, "answer", lim.max_rounds, 0, render_context(q, steps, findings),
+                    render_instruction("answer", suggested_answer=suggestion or ""))
+    answer = extract_answer(fin.completion) or tag_content(fin.completion, "answer")
+    fin.parsed = {"answer": answer}
+    rec = trace_record(task, calls, answer, None, replans, verdict[0], time.perf_counter() - t0)
+    return rec if defer_score and task["kind"] in MAIN_THREAD_SCORED else finish_trace(rec, task)
 
-    def _replan(self, calls, rnd, q, steps, findings, feedback: str) -> list[Step]:
-        "The planner's revised plan: the steps to redo (those it names that exist in the plan)."
-        c = self.call(calls, Role.PLANNER, "replan", rnd, 0, render_context(q, steps, findings),
-                      render_instruction("replan", feedback=feedback))
-        by_num = {s.num: s for s in steps}
-        redo = [replace(by_num[s.num], text=s.text) for s in parse_plan(c.completion) if s.num in by_num]
-        c.parsed = {"redo": [s.num for s in redo]}
-        return redo
+@patch
+def _replan(self: MAS, calls, rnd, q, steps, findings, feedback: str) -> list[Step]:
+    "The planner's revised plan: the steps to redo (those it names that exist in the plan)."
+    c = self.call(calls, Role.PLANNER, "replan", rnd, 0, render_context(q, steps, findings),
+                  render_instruction("replan", feedback=feedback))
+    by_num = {s.num: s for s in steps}
+    redo = [replace(by_num[s.num], text=s.text) for s in parse_plan(c.completion) if s.num in by_num]
+    c.parsed = {"redo": [s.num for s in redo]}
+    return redo
 
 # %% ../nbs/05_teacher_mas.ipynb #db183da1
 TRACE_COLUMNS = ("id", "kind", "question", "answer", "meta", "final_answer", "reward", "replans", "verifier_score",

@@ -208,7 +208,7 @@ def _anagram_args(r):
 FIZZ = ((3, 5, "Fizz", "Buzz"), (2, 7, "Foo", "Bar"), (4, 6, "Ping", "Pong"), (3, 7, "Zip", "Zap"), (5, 9, "Tick", "Tock"), (2, 3, "Hop", "Skip"))
 SEQS = (("fibonacci", 0, 1), ("lucas", 2, 1), ("pell_like", 1, 3), ("tribe_seq", 3, 2))
 
-# %% ../nbs/01b_problems.ipynb #c15f82c3
+# %% ../nbs/01b_problems.ipynb #3efdeb17
 CODE_FAMILIES = (
     CodeFamily("reverse_words", ({"each": False}, {"each": True}),
         lambda p: f"def {'reverse_each_word' if p['each'] else 'reverse_words'}(s: str) -> str",
@@ -259,6 +259,10 @@ CODE_FAMILIES = (
                    "digital_root": "def digital_root(n):\n    while n >= 10:\n        n = sum(int(d) for d in str(n))\n    return n\n",
                    "digit_product": "def digit_product(n):\n    p = 1\n    for d in str(n):\n        p *= int(d)\n    return p\n"}[p["fn"]],
         lambda r, p: (r.randint(0, 10 ** r.randint(1, 7)),)),
+)
+
+# %% ../nbs/01b_problems.ipynb #8782e43e
+CODE_FAMILIES += (   # the families continue, in a fixed order (splits and sampling depend on it)
     CodeFamily("recurrence", tuple({"fn": f, "a": a, "b": b} for f, a, b in SEQS),
         lambda p: f"def {p['fn']}(n: int) -> int",
         lambda p: f"The sequence has a(0) = {p['a']}, a(1) = {p['b']} and a(k) = a(k-1) + a(k-2). Return a(n) for n >= 0.",
@@ -293,6 +297,10 @@ CODE_FAMILIES = (
         lambda p: ("def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, int(n ** 0.5) + 1))\n" if p["fn"] == "is_prime" else
                    "def count_primes_below(n):\n    return sum(1 for m in range(2, n) if all(m % d for d in range(2, int(m ** 0.5) + 1)))\n"),
         lambda r, p: (r.randint(0, 300),)),
+)
+
+# %% ../nbs/01b_problems.ipynb #99eda76f
+CODE_FAMILIES += (   # the families continue, in a fixed order (splits and sampling depend on it)
     CodeFamily("prefix", ({"fn": "prefix_sums"}, {"fn": "prefix_max"}),
         lambda p: f"def {p['fn']}(nums: list) -> list",
         lambda p: ("Return the running totals of `nums` (element i is the sum of nums[0..i])." if p["fn"] == "prefix_sums"

@@ -8,6 +8,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Callable
 
+from fastcore.basics import patch
 import torch
 from tqdm.auto import tqdm
 
@@ -138,59 +139,63 @@ class KVBatch:
         else: self._merge(rows, sub, blk, fresh)
         return out.logits[:, -1, :].float()
 
-    def _merge(self, rows: list[int], sub, blk: torch.Tensor, fresh: bool) -> None:
-        "Write the last `q` columns of the sub-cache `sub` into `rows`; every other row gets `q` masked columns."
-        q, B, L = blk.shape[1], self.rows, self.columns
-        if self.cache is None:
-            # the first fill: the sub-cache becomes the cache once its rows are in row order
-            order = torch.tensor([rows.index(r) for r in range(B)])
-            self.cache = self._DynamicCache(ddp_cache_data=[(l.keys[order], l.values[order]) for l in self._layers(sub)])
-            self.mask = blk[order]
-            return
-        idx = torch.tensor(rows, device=self.device)
-        for big, small in zip(self._layers(), self._layers(sub)):
-            for name in ("keys", "values"):
-                old, new = getattr(big, name), getattr(small, name)[:, :, -q:]
-                grown = old.new_zeros((B, old.shape[1], L + q, old.shape[3]))
-                grown[:old.shape[0], :, :L] = old
-                grown[idx, :, L:] = new
-                setattr(big, name, grown)
-        mask = torch.zeros((B, L + q), dtype=torch.bool)
-        mask[:self.mask.shape[0], :L] = self.mask
-        cpu_idx = torch.tensor(rows)
-        if fresh: mask[cpu_idx, :L] = False
-        mask[cpu_idx, L:] = blk
-        self.mask = mask
+# %% ../nbs/08_rollout.ipynb #6c9e2d0e
+@patch
+def _merge(self: KVBatch, rows: list[int], sub, blk: torch.Tensor, fresh: bool) -> None:
+    "Write the last `q` columns of the sub-cache `sub` into `rows`; every other row gets `q` masked columns."
+    q, B, L = blk.shape[1], self.rows, self.columns
+    if self.cache is None:
+        # the first fill: the sub-cache becomes the cache once its rows are in row order
+        order = torch.tensor([rows.index(r) for r in range(B)])
+        self.cache = self._DynamicCache(ddp_cache_data=[(l.keys[order], l.values[order]) for l in self._layers(sub)])
+        self.mask = blk[order]
+        return
+    idx = torch.tensor(rows, device=self.device)
+    for big, small in zip(self._layers(), self._layers(sub)):
+        for name in ("keys", "values"):
+            old, new = getattr(big, name), getattr(small, name)[:, :, -q:]
+            grown = old.new_zeros((B, old.shape[1], L + q, old.shape[3]))
+            grown[:old.shape[0], :, :L] = old
+            grown[idx, :, L:] = new
+            setattr(big, name, grown)
+    mask = torch.zeros((B, L + q), dtype=torch.bool)
+    mask[:self.mask.shape[0], :L] = self.mask
+    cpu_idx = torch.tensor(rows)
+    if fresh: mask[cpu_idx, :L] = False
+    mask[cpu_idx, L:] = blk
+    self.mask = mask
 
-    def select(self, keep: list[int]) -> None:
-        "Keep only rows `keep` (in that order)."
-        idx = torch.tensor(keep, dtype=torch.long)
-        for l in self._layers():
-            l.keys, l.values = l.keys[idx.to(self.device)], l.values[idx.to(self.device)]
-        self.mask = self.mask[idx]
-        self.pos = [self.pos[i] for i in keep]
+@patch
+def select(self: KVBatch, keep: list[int]) -> None:
+    "Keep only rows `keep` (in that order)."
+    idx = torch.tensor(keep, dtype=torch.long)
+    for l in self._layers():
+        l.keys, l.values = l.keys[idx.to(self.device)], l.values[idx.to(self.device)]
+    self.mask = self.mask[idx]
+    self.pos = [self.pos[i] for i in keep]
 
-    def maybe_compact(self) -> bool:
-        "Drop masked columns when they make the cache much longer than its longest row."
-        if self.mask is None: return False
-        counts = self.mask.sum(1)
-        longest = int(counts.max())
-        if self.columns <= self.slack * longest + self.margin: return False
-        B = self.rows
-        gather = torch.zeros((B, longest), dtype=torch.long)
-        mask = torch.zeros((B, longest), dtype=torch.bool)
-        for b in range(B):
-            cols = self.mask[b].nonzero().squeeze(1)
-            n = cols.numel()
-            if n: gather[b, longest - n:] = cols; mask[b, longest - n:] = True
-        g = gather.to(self.device)
-        for l in self._layers():
-            H, D = l.keys.shape[1], l.keys.shape[3]
-            ix = g[:, None, :, None].expand(B, H, longest, D)
-            l.keys, l.values = l.keys.gather(2, ix), l.values.gather(2, ix)
-        self.mask = mask
-        self.compactions += 1
-        return True
+@patch
+def maybe_compact(self: KVBatch) -> bool:
+    "Drop masked columns when they make the cache much longer than its longest row."
+    if self.mask is None: return False
+    counts = self.mask.sum(1)
+    longest = int(counts.max())
+    if self.columns <= self.slack * longest + self.margin: return False
+    B = self.rows
+    gather = torch.zeros((B, longest), dtype=torch.long)
+    mask = torch.zeros((B, longest), dtype=torch.bool)
+    for b in range(B):
+        cols = self.mask[b].nonzero().squeeze(1)
+        n = cols.numel()
+        if n: gather[b, longest - n:] = cols; mask[b, longest - n:] = True
+    g = gather.to(self.device)
+    for l in self._layers():
+        H, D = l.keys.shape[1], l.keys.shape[3]
+        ix = g[:, None, :, None].expand(B, H, longest, D)
+        l.keys, l.values = l.keys.gather(2, ix), l.values.gather(2, ix)
+    self.mask = mask
+    self.compactions += 1
+    return True
 
 # %% ../nbs/08_rollout.ipynb #d98849c9
 def eos_ids_of(model, tokenizer) -> set[int]:
@@ -230,32 +235,37 @@ class _Slot:
 def encode_prompt(tokenizer, prompt: str) -> list[int]:
     return tokenizer.encode(prompt, add_special_tokens=not has_chat_template(tokenizer))
 
-# %% ../nbs/08_rollout.ipynb #c746dd65
-def _rollout_kv(model, tokenizer, runs: list[EpisodeRun], limits: Limits, temperature: float, seed: int | None,
-                batch_size: int, bar, stats: dict | None = None) -> None:
-    "Run `runs` through one `KVBatch` of at most `batch_size` rows, refilling rows as episodes end."
-    model.eval()
-    kv = KVBatch(model, pad_id=pad_id(tokenizer))
-    eos, pieces = eos_ids_of(model, tokenizer), {}
-    base_seed = seed if seed is not None else int(torch.randint(2**31 - 1, ()).item())
-    queue = deque(enumerate(runs))
-    slots: list[_Slot | None] = []
+# %% ../nbs/08_rollout.ipynb #c7d7979d
+class _KVEngine:
+    "The state of one `_rollout_kv` call: the cache, the queue of runs not started yet, one slot per cache row."
+    def __init__(self, model, tokenizer, runs: list[EpisodeRun], limits: Limits, temperature: float, seed: int | None,
+                 batch_size: int, bar):
+        model.eval()
+        self.tokenizer, self.limits, self.temperature, self.batch_size, self.bar = tokenizer, limits, temperature, batch_size, bar
+        self.kv = KVBatch(model, pad_id=pad_id(tokenizer))
+        self.eos, self.pieces = eos_ids_of(model, tokenizer), {}
+        self.base_seed = seed if seed is not None else int(torch.randint(2**31 - 1, ()).item())
+        self.queue = deque(enumerate(runs))
+        self.slots: list[_Slot | None] = []
 
-    def new_slot() -> _Slot | None:
-        while queue:
-            i, r = queue.popleft()
+    def new_slot(self) -> _Slot | None:
+        "The next run that fits the budgets, with its prompt ids pending (runs whose prompt is too long finish here)."
+        while self.queue:
+            i, r = self.queue.popleft()
             r.start(); r.ep.logprobs = []
-            ids = encode_prompt(tokenizer, r.ep.prompt)
+            ids = encode_prompt(self.tokenizer, r.ep.prompt)
             r.add_prompt_ids(ids)
-            if len(ids) >= limits.max_total_tokens or not ids:
-                r.finish(FinishReason.TRUNCATED_TOKENS, f"prompt of {len(ids)} tokens"); bar.update(1); continue
-            gen = torch.Generator().manual_seed(base_seed * 1_000_003 + i) if temperature > 0 else None
+            if len(ids) >= self.limits.max_total_tokens or not ids:
+                r.finish(FinishReason.TRUNCATED_TOKENS, f"prompt of {len(ids)} tokens"); self.bar.update(1); continue
+            gen = torch.Generator().manual_seed(self.base_seed * 1_000_003 + i) if self.temperature > 0 else None
             r.begin_turn()
-            return _Slot(r, TurnDecoder(tokenizer, eos, piece_cache=pieces), ids, True, gen)
+            return _Slot(r, TurnDecoder(self.tokenizer, self.eos, piece_cache=self.pieces), ids, True, gen)
         return None
 
-    def on_tokens(rows: list[int], logits: torch.Tensor) -> None:
-        toks, lps = sample_next(logits, temperature, [slots[i].gen for i in rows])
+    def on_tokens(self, rows: list[int], logits: torch.Tensor) -> None:
+        "Sample the next token of each row; a turn that ends gets its observation (or its episode ends and frees the row)."
+        slots, limits = self.slots, self.limits
+        toks, lps = sample_next(logits, self.temperature, [slots[i].gen for i in rows])
         for i, tok, lp in zip(rows, toks, lps):
             s = slots[i]; r = s.run
             r.add_model_token(tok, lp)
@@ -267,33 +277,45 @@ def _rollout_kv(model, tokenizer, runs: list[EpisodeRun], limits: Limits, temper
             obs = r.end_turn(s.turn.text(), s.turn.stop, end)
             if r.done:
                 r.ep.processed_tokens = r.ep.processed_tokens_cached
-                slots[i] = None; bar.update(1); continue
+                slots[i] = None; self.bar.update(1); continue
             s.pending = [tok] + obs
-            s.turn = TurnDecoder(tokenizer, eos, piece_cache=pieces)
+            s.turn = TurnDecoder(self.tokenizer, self.eos, piece_cache=self.pieces)
             r.begin_turn()
 
+# %% ../nbs/08_rollout.ipynb #d2fed6fb
+@patch
+def step(self: _KVEngine) -> bool:
+    "One round: refill free rows, then feed fresh prompts, multi-token observations and single tokens; False when every run is done."
+    kv = self.kv
+    for i in range(len(self.slots)):
+        if self.slots[i] is None: self.slots[i] = self.new_slot()
+    if any(s is None for s in self.slots):  # queue empty: drop finished rows
+        keep = [i for i, s in enumerate(self.slots) if s is not None]
+        if keep: kv.select(keep)
+        self.slots = [self.slots[i] for i in keep]
+    while len(self.slots) < self.batch_size and (s := self.new_slot()) is not None: self.slots.append(s)
+    slots = self.slots
+    if not slots: return False
+    fresh = [i for i, s in enumerate(slots) if s.fresh]
+    if fresh:
+        self.on_tokens(fresh, kv.feed(fresh, [slots[i].pending for i in fresh], fresh=True))
+        for i in fresh:
+            if slots[i] is not None: slots[i].fresh = False
+    ext = [i for i, s in enumerate(slots) if s is not None and len(s.pending) > 1 and i not in fresh]
+    if ext: self.on_tokens(ext, kv.feed(ext, [slots[i].pending for i in ext]))
+    dec = [i for i, s in enumerate(slots) if s is not None and len(s.pending) == 1]
+    if dec: self.on_tokens(dec, kv.feed(dec, [slots[i].pending for i in dec]))
+    kv.maybe_compact()
+    return True
+
+def _rollout_kv(model, tokenizer, runs: list[EpisodeRun], limits: Limits, temperature: float, seed: int | None,
+                batch_size: int, bar, stats: dict | None = None) -> None:
+    "Run `runs` through one `KVBatch` of at most `batch_size` rows, refilling rows as episodes end."
+    engine = _KVEngine(model, tokenizer, runs, limits, temperature, seed, batch_size, bar)
     rounds = 0
-    while True:
-        for i in range(len(slots)):
-            if slots[i] is None: slots[i] = new_slot()
-        if any(s is None for s in slots):  # queue empty: drop finished rows
-            keep = [i for i, s in enumerate(slots) if s is not None]
-            if keep: kv.select(keep)
-            slots = [slots[i] for i in keep]
-        while len(slots) < batch_size and (s := new_slot()) is not None: slots.append(s)
-        if not slots: break
-        fresh = [i for i, s in enumerate(slots) if s.fresh]
-        if fresh:
-            on_tokens(fresh, kv.feed(fresh, [slots[i].pending for i in fresh], fresh=True))
-            for i in fresh:
-                if slots[i] is not None: slots[i].fresh = False
-        ext = [i for i, s in enumerate(slots) if s is not None and len(s.pending) > 1 and i not in fresh]
-        if ext: on_tokens(ext, kv.feed(ext, [slots[i].pending for i in ext]))
-        dec = [i for i, s in enumerate(slots) if s is not None and len(s.pending) == 1]
-        if dec: on_tokens(dec, kv.feed(dec, [slots[i].pending for i in dec]))
-        kv.maybe_compact()
-        rounds += 1
+    while engine.step(): rounds += 1
     if stats is not None:
+        kv = engine.kv
         stats.update(rounds=rounds, fed_tokens=kv.fed_tokens, padded_tokens=kv.padded_tokens, compactions=kv.compactions)
 
 # %% ../nbs/08_rollout.ipynb #a0fbb569

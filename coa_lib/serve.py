@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from fastcore.basics import patch
 from .format import TurnEnd
 from .llm import Completion, HFBackend, load_policy
 
@@ -186,43 +187,47 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/health": return self._send(200, {"status": "ok"})
         self._error(RequestError(404, f"no such endpoint: GET {path}", code="not_found"))
 
-    def _raw_body(self) -> bytes:
-        cfg = self.server.config
-        try: n = int(self.headers.get("Content-Length", ""))
-        except ValueError: raise RequestError(411, "a Content-Length header (a number of bytes) is required") from None
-        if n < 0: raise RequestError(400, f"Content-Length is negative ({n})")
-        if n > cfg.max_body_bytes:
-            self.close_connection = True
-            raise RequestError(413, f"request body over {cfg.max_body_bytes} bytes (Content-Length {n})")
-        try: raw = self.rfile.read(n)
-        except TimeoutError:   # fewer bytes than Content-Length, and the client waits: do not wait with it
-            self.close_connection = True
-            raise RequestError(408, f"the request body did not arrive: Content-Length is {n} bytes, and they did not "
-                                    f"all come within {cfg.read_timeout_s:g} s") from None
-        if len(raw) < n: raise RequestError(400, f"the request body ended after {len(raw)} of its Content-Length {n} bytes")
-        return raw
+# %% ../nbs/04b_serve.ipynb #e95dac9f
+@patch
+def _raw_body(self: _Handler) -> bytes:
+    cfg = self.server.config
+    try: n = int(self.headers.get("Content-Length", ""))
+    except ValueError: raise RequestError(411, "a Content-Length header (a number of bytes) is required") from None
+    if n < 0: raise RequestError(400, f"Content-Length is negative ({n})")
+    if n > cfg.max_body_bytes:
+        self.close_connection = True
+        raise RequestError(413, f"request body over {cfg.max_body_bytes} bytes (Content-Length {n})")
+    try: raw = self.rfile.read(n)
+    except TimeoutError:   # fewer bytes than Content-Length, and the client waits: do not wait with it
+        self.close_connection = True
+        raise RequestError(408, f"the request body did not arrive: Content-Length is {n} bytes, and they did not "
+                                f"all come within {cfg.read_timeout_s:g} s") from None
+    if len(raw) < n: raise RequestError(400, f"the request body ended after {len(raw)} of its Content-Length {n} bytes")
+    return raw
 
-    def _body(self) -> Any:
-        raw = self._raw_body()
-        ctype = self.headers.get("Content-Type")
-        if ctype is not None and ctype.split(";", 1)[0].strip().lower() != "application/json":
-            raise RequestError(415, f"the request body must be JSON sent with Content-Type: application/json, not {ctype!r}")
-        try: return json.loads(raw)
-        except (ValueError, RecursionError) as e:   # bad JSON, bad UTF-8, an integer of 4,300+ digits, nesting too deep
-            raise RequestError(400, f"the request body is not valid JSON: {type(e).__name__}: {str(e)[:200]}") from None
+@patch
+def _body(self: _Handler) -> Any:
+    raw = self._raw_body()
+    ctype = self.headers.get("Content-Type")
+    if ctype is not None and ctype.split(";", 1)[0].strip().lower() != "application/json":
+        raise RequestError(415, f"the request body must be JSON sent with Content-Type: application/json, not {ctype!r}")
+    try: return json.loads(raw)
+    except (ValueError, RecursionError) as e:   # bad JSON, bad UTF-8, an integer of 4,300+ digits, nesting too deep
+        raise RequestError(400, f"the request body is not valid JSON: {type(e).__name__}: {str(e)[:200]}") from None
 
-    def do_POST(self):
-        path = self.path.split("?", 1)[0].rstrip("/")
-        chat = {"/v1/completions": False, "/v1/chat/completions": True}.get(path)
-        try:
-            if chat is None: raise RequestError(404, f"no such endpoint: POST {path}", code="not_found")
-            req = parse_request(self._body(), chat, self.server.model_id, self.server.config)
-            completions = self.server.generate(req)
-        except RequestError as e:
-            return self._error(e)
-        except Exception as e:  # a failure inside generation: report it, keep serving
-            return self._error(RequestError(500, f"generation failed: {type(e).__name__}: {e}"))
-        self._send(200, make_response(req, completions, self.server.model_id))
+@patch
+def do_POST(self: _Handler):
+    path = self.path.split("?", 1)[0].rstrip("/")
+    chat = {"/v1/completions": False, "/v1/chat/completions": True}.get(path)
+    try:
+        if chat is None: raise RequestError(404, f"no such endpoint: POST {path}", code="not_found")
+        req = parse_request(self._body(), chat, self.server.model_id, self.server.config)
+        completions = self.server.generate(req)
+    except RequestError as e:
+        return self._error(e)
+    except Exception as e:  # a failure inside generation: report it, keep serving
+        return self._error(RequestError(500, f"generation failed: {type(e).__name__}: {e}"))
+    self._send(200, make_response(req, completions, self.server.model_id))
 
 # %% ../nbs/04b_serve.ipynb #3421e47c
 class CompletionServer(ThreadingHTTPServer):

@@ -209,7 +209,7 @@ def train_students(run_dir, cfg: SFTStageConfig, students: Sequence[Student] = S
 
 # %% ../nbs/14a_stages.ipynb #3c9ec5b7
 def evaluate_student(path, student: Student, tasks: list[dict], run_dir, name: str, cfg: SFTStageConfig) -> tuple[dict, Dataset]:
-    "`coa_lib.rollout.evaluate` of a saved student in its format; (metrics, records), saved under `run_dir/name`."
+    "`coa_lib.evaluate.evaluate` of a saved student in its format; (metrics, records), saved under `run_dir/name`."
     metrics, records = evaluate(load_policy(path), tasks, fmt=student.fmt, run_dir=run_dir, name=name, max_turns=cfg.max_turns,
                                 max_new_tokens=cfg.max_new_tokens, progress=False)
     return metrics, records

@@ -128,11 +128,11 @@ def plan_steps(task: dict) -> list[tuple[str, str]]:
     for g in groups:
         page = path[g[0]]["page"]
         src = _source_step(path, groups, g[0]) if not _contains(q, page) else None
-        steps.append(("search_agent", f"Look up {f'the entity found in step {src}' if src else page}."))
-    if kind == "mixed": steps.append(("code_agent", "Compute the answer from the findings."))
-    elif kind == "math": steps.append(("code_agent", "Compute the answer from the question's numbers."))
-    elif kind == "game24": steps.append(("code_agent", "Try every way to make 24 from the four numbers."))
-    elif kind == "code": steps.append(("code_agent", "Write the function and test the example."))
+        steps.append((Role.SEARCH.value, f"Look up {f'the entity found in step {src}' if src else page}."))
+    if kind == "mixed": steps.append((Role.CODE.value, "Compute the answer from the findings."))
+    elif kind == "math": steps.append((Role.CODE.value, "Compute the answer from the question's numbers."))
+    elif kind == "game24": steps.append((Role.CODE.value, "Try every way to make 24 from the four numbers."))
+    elif kind == "code": steps.append((Role.CODE.value, "Write the function and test the example."))
     return steps
 
 def _feedback_steps(feedback: str, steps: list[tuple[str, str]]) -> list[int]:
@@ -142,7 +142,7 @@ def _feedback_steps(feedback: str, steps: list[tuple[str, str]]) -> list[int]:
     if not redo: return list(range(1, n + 1))
     for k, (agent, text) in enumerate(steps, 1):
         refs = {int(x) for x in re.findall(r"found in step (\d+)", text)}
-        if refs & redo or (agent == "code_agent" and redo - {k}): redo.add(k)
+        if refs & redo or (agent == Role.CODE and redo - {k}): redo.add(k)
     return sorted(redo)
 
 # %% ../nbs/05a_scripted_teacher.ipynb #27faaa23

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import unquote, urlparse
 
+from fastcore.basics import patch
 import numpy as np
 
 from .core import atomic_dir, atomic_write_json, read_json
@@ -131,49 +132,54 @@ class SearchTool:
         "The query's distinct words that occur in the corpus (at most `max_query_tokens`)."
         return [t for t in dict.fromkeys(tokenize(query[:2000])) if t in self.vocab][: self.max_query_tokens]
 
-    def top_pages(self, query: str, k: int | None = None) -> list[tuple[int, float]]:
-        "(page index, score) of the best pages for `query`, best first; pages with score 0 are left out."
-        ids, k = [self.vocab[t] for t in self.query_words(query)], k or self.k
-        if not ids: return []
-        scores = np.zeros(len(self.pages), dtype=np.float32)
-        for t in ids:                                                    # one column of the sparse BM25 matrix per word
-            a, b = self._indptr[t], self._indptr[t + 1]
-            scores[self._indices[a:b]] += self._data[a:b]
-        k = min(k, len(scores))
-        top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.lexsort((top, -scores[top]))]                      # by score, ties by page order
-        return [(int(i), float(scores[i])) for i in top if scores[i] > 0]
+# %% ../nbs/02_tools.ipynb #67a16100
+@patch
+def top_pages(self: SearchTool, query: str, k: int | None = None) -> list[tuple[int, float]]:
+    "(page index, score) of the best pages for `query`, best first; pages with score 0 are left out."
+    ids, k = [self.vocab[t] for t in self.query_words(query)], k or self.k
+    if not ids: return []
+    scores = np.zeros(len(self.pages), dtype=np.float32)
+    for t in ids:                                                    # one column of the sparse BM25 matrix per word
+        a, b = self._indptr[t], self._indptr[t + 1]
+        scores[self._indices[a:b]] += self._data[a:b]
+    k = min(k, len(scores))
+    top = np.argpartition(-scores, k - 1)[:k]
+    top = top[np.lexsort((top, -scores[top]))]                      # by score, ties by page order
+    return [(int(i), float(scores[i])) for i in top if scores[i] > 0]
 
-    def _sentences(self, page: int) -> list[tuple[str, frozenset]]:
-        "The page's sentences with their word sets (computed once per page, on first use)."
-        got = self._sent_cache.get(page)
-        if got is None:
-            sents = [x for x in _SENT_RE.split(_oneline(self.pages.texts[page])) if x]
-            got = self._sent_cache[page] = [(x, frozenset(_WORD_RE.findall(x.lower()))) for x in sents]
-        return got
+@patch
+def _sentences(self: SearchTool, page: int) -> list[tuple[str, frozenset]]:
+    "The page's sentences with their word sets (computed once per page, on first use)."
+    got = self._sent_cache.get(page)
+    if got is None:
+        sents = [x for x in _SENT_RE.split(_oneline(self.pages.texts[page])) if x]
+        got = self._sent_cache[page] = [(x, frozenset(_WORD_RE.findall(x.lower()))) for x in sents]
+    return got
 
-    def snippet(self, page: int, words: Sequence[str]) -> str:
-        "The page's sentences that best match `words` (IDF-weighted), in page order, within `snippet_chars`."
-        sents = self._sentences(page)
-        weight = [(t, float(self.idf[self.vocab[t]])) for t in words if t in self.vocab]
-        scores = [-sum(w for t, w in weight if t in ws) for _, ws in sents]
-        chosen, used = [], 0
-        for j in sorted(range(len(sents)), key=lambda j: (scores[j], j)):
-            if chosen and used + len(sents[j][0]) > self.snippet_chars: continue
-            chosen.append(j); used += len(sents[j][0]) + 1
-        text = " ".join(sents[j][0] for j in sorted(chosen))
-        return text if len(text) <= self.snippet_chars else text[: self.snippet_chars - 1].rstrip() + "…"
+@patch
+def snippet(self: SearchTool, page: int, words: Sequence[str]) -> str:
+    "The page's sentences that best match `words` (IDF-weighted), in page order, within `snippet_chars`."
+    sents = self._sentences(page)
+    weight = [(t, float(self.idf[self.vocab[t]])) for t in words if t in self.vocab]
+    scores = [-sum(w for t, w in weight if t in ws) for _, ws in sents]
+    chosen, used = [], 0
+    for j in sorted(range(len(sents)), key=lambda j: (scores[j], j)):
+        if chosen and used + len(sents[j][0]) > self.snippet_chars: continue
+        chosen.append(j); used += len(sents[j][0]) + 1
+    text = " ".join(sents[j][0] for j in sorted(chosen))
+    return text if len(text) <= self.snippet_chars else text[: self.snippet_chars - 1].rstrip() + "…"
 
-    def search(self, query: str) -> str:
-        "Observation text: the top-k page titles with snippets, or a clear message when nothing matches."
-        if not isinstance(query, str) or not query.strip(): return "Error: empty search query. Write a few keywords."
-        q = _oneline(query)
-        hits = self.top_pages(q)
-        if not hits:
-            shown = q if len(q) <= 80 else q[:77] + "..."
-            return f'No results for "{shown}". Try other keywords.'
-        words = self.query_words(q)
-        return "\n".join(f"{n}. {self.pages.titles[i]}: {self.snippet(i, words)}" for n, (i, _) in enumerate(hits, 1))
+@patch
+def search(self: SearchTool, query: str) -> str:
+    "Observation text: the top-k page titles with snippets, or a clear message when nothing matches."
+    if not isinstance(query, str) or not query.strip(): return "Error: empty search query. Write a few keywords."
+    q = _oneline(query)
+    hits = self.top_pages(q)
+    if not hits:
+        shown = q if len(q) <= 80 else q[:77] + "..."
+        return f'No results for "{shown}". Try other keywords.'
+    words = self.query_words(q)
+    return "\n".join(f"{n}. {self.pages.titles[i]}: {self.snippet(i, words)}" for n, (i, _) in enumerate(hits, 1))
 
 # %% ../nbs/02_tools.ipynb #6eeebec1
 def _title_key(s: str) -> str: return " ".join(s.replace("_", " ").split()).casefold()
@@ -347,28 +353,30 @@ class ToolBox:
                                     allow_unisolated=self.allow_unisolated)
         return self.last_exec.observation(self.max_obs_chars)
 
-    def __call__(self, call: ToolCall | None) -> str:
-        "Observation text for one tool call; never raises."
-        name, arg = getattr(call, "name", None), getattr(call, "argument", None)
-        handler = self.handlers.get(name) if isinstance(name, str) else None
-        if handler is None:
-            self.stats.errors[str(name)] += 1
-            return f"Error: unknown tool {str(name)[:40]!r}; available tools: {', '.join(self.handlers)}."
-        if not isinstance(arg, str) or not arg.strip():
-            self.stats.errors[name] += 1
-            return f"Error: empty <{name}> call."
-        key = (name, normalise_argument(name, arg))
-        if key in self.seen:
-            self.stats.cache_hits[name] += 1
-            return ALREADY_CALLED
-        self.seen.add(key)
-        t0 = time.monotonic()
-        try: obs = handler(arg)
-        except Exception as e:                   # a tool bug must not kill the episode: report it as the observation
-            obs = f"Error: {name} failed: {type(e).__name__}: {e}"
-        self.stats.calls[name] += 1
-        self.stats.seconds[name] += time.monotonic() - t0
-        if obs.startswith("Error:") or (name == "code" and self.last_exec is not None and not self.last_exec.ok):
-            self.stats.errors[name] += 1
-        elif obs.startswith(("No such page", "No results")): self.stats.misses[name] += 1
-        return obs
+# %% ../nbs/02_tools.ipynb #73a5727a
+@patch
+def __call__(self: ToolBox, call: ToolCall | None) -> str:
+    "Observation text for one tool call; never raises."
+    name, arg = getattr(call, "name", None), getattr(call, "argument", None)
+    handler = self.handlers.get(name) if isinstance(name, str) else None
+    if handler is None:
+        self.stats.errors[str(name)] += 1
+        return f"Error: unknown tool {str(name)[:40]!r}; available tools: {', '.join(self.handlers)}."
+    if not isinstance(arg, str) or not arg.strip():
+        self.stats.errors[name] += 1
+        return f"Error: empty <{name}> call."
+    key = (name, normalise_argument(name, arg))
+    if key in self.seen:
+        self.stats.cache_hits[name] += 1
+        return ALREADY_CALLED
+    self.seen.add(key)
+    t0 = time.monotonic()
+    try: obs = handler(arg)
+    except Exception as e:                   # a tool bug must not kill the episode: report it as the observation
+        obs = f"Error: {name} failed: {type(e).__name__}: {e}"
+    self.stats.calls[name] += 1
+    self.stats.seconds[name] += time.monotonic() - t0
+    if obs.startswith("Error:") or (name == "code" and self.last_exec is not None and not self.last_exec.ok):
+        self.stats.errors[name] += 1
+    elif obs.startswith(("No such page", "No results")): self.stats.misses[name] += 1
+    return obs

@@ -117,71 +117,101 @@ def _type_counts(n: int) -> dict[str, int]:
     if counts["person"] < ENTITY_MIN["person"]: raise ValueError(f"n_entities={n} leaves too few people")
     return counts
 
-# %% ../nbs/01a_worlds.ipynb #a7ed2ac0
-def _make_entities(rng: random.Random, n: int) -> dict[str, Entity]:
-    counts, names, ents = _type_counts(n), NameGen(rng), {}
-    def add(name: str, type: str, **attrs) -> Entity:
-        assert name not in ents, name
-        e = ents[name] = Entity(name, type, attrs); return e
-    def twin_of(pool: list[Entity], p: float = 0.2) -> Entity | None:
-        return rng.choice(pool) if pool and rng.random() < p else None
-    def word_and_noun(made: list[Entity], nouns: tuple[str, ...]) -> tuple[str, Entity | None]:
+# %% ../nbs/01a_worlds.ipynb #73ce3792
+class _EntityMaker:
+    "A world's entities under construction: the rng, the name generator and the entities made so far (in the order made)."
+    def __init__(self, rng: random.Random, n: int):
+        self.rng, self.counts, self.names, self.ents = rng, _type_counts(n), NameGen(rng), {}
+
+    def add(self, name: str, type: str, **attrs) -> Entity:
+        assert name not in self.ents, name
+        e = self.ents[name] = Entity(name, type, attrs); return e
+
+    def twin_of(self, pool: list[Entity], p: float = 0.2) -> Entity | None:
+        return self.rng.choice(pool) if pool and self.rng.random() < p else None
+
+    def word_and_noun(self, made: list[Entity], nouns: tuple[str, ...]) -> tuple[str, Entity | None]:
         "A new 'Word Noun' name; with some probability it reuses the word of an earlier one (its look-alike twin)."
-        twin = twin_of([e for e in made if "namesake" not in e.attrs])
+        twin = self.twin_of([e for e in made if "namesake" not in e.attrs])
         while True:
-            word = twin.name.split()[0] if twin else names.word()
-            name = f"{word} {rng.choice(nouns)}"
-            if name not in ents: return name, twin
+            word = twin.name.split()[0] if twin else self.names.word()
+            name = f"{word} {self.rng.choice(nouns)}"
+            if name not in self.ents: return name, twin
             twin = None
 
-    countries = [add(_country_name(names, rng), "country",
-                     founded=rng.randint(1200, 1950), population=rng.randint(1_000_000, 90_000_000)) for _ in range(counts["country"])]
+def _places(m: _EntityMaker) -> list[Entity]:
+    "Countries (each with a capital) and cities; returns the cities."
+    rng, names = m.rng, m.names
+    countries = [m.add(_country_name(names, rng), "country",
+                       founded=rng.randint(1200, 1950), population=rng.randint(1_000_000, 90_000_000)) for _ in range(m.counts["country"])]
     cities = []
-    for i in range(counts["city"]):
+    for i in range(m.counts["city"]):
         country = countries[i] if i < len(countries) else rng.choice(countries)
-        c = add(names.word(), "city", country=country.name, founded=rng.randint(900, 1890), population=rng.randint(12_000, 4_800_000))
+        c = m.add(names.word(), "city", country=country.name, founded=rng.randint(900, 1890), population=rng.randint(12_000, 4_800_000))
         if i < len(countries): country.attrs["capital"] = c.name
         cities.append(c)
-    people = []
-    for _ in range(counts["person"]):
-        twin = twin_of([p for p in people if "namesake" not in p.attrs])
+    return cities
+
+def _people(m: _EntityMaker, cities: list[Entity]) -> list[Entity]:
+    "People born in the cities, some with a look-alike namesake, two thirds of them married in pairs."
+    rng, names, people = m.rng, m.names, []
+    for _ in range(m.counts["person"]):
+        twin = m.twin_of([p for p in people if "namesake" not in p.attrs])
         while True:
             given = twin.name.split()[0] if twin else names.word(2, 2)
             family = twin.name.split()[1] + rng.choice(("en", "a", "ov", "ine")) if twin else names.word(2, 3)
             if not twin or names.claim(family): break
             twin = None
-        p = add(f"{given} {family}", "person", born=rng.randint(1900, 1970), born_in=rng.choice(cities).name)
+        p = m.add(f"{given} {family}", "person", born=rng.randint(1900, 1970), born_in=rng.choice(cities).name)
         if twin: p.attrs["namesake"], twin.attrs["namesake"] = twin.name, p.name
         people.append(p)
     order = people[:]; rng.shuffle(order)
     for a, b in zip(order[0:len(order) // 3 * 2:2], order[1:len(order) // 3 * 2:2]):
         a.attrs["spouse"], b.attrs["spouse"] = b.name, a.name
-    companies = []
-    for _ in range(counts["company"]):
-        name, twin = word_and_noun(companies, COMPANY_SUFFIXES)
+    return people
+
+# %% ../nbs/01a_worlds.ipynb #e120976c
+def _companies(m: _EntityMaker, people: list[Entity], cities: list[Entity]) -> list[Entity]:
+    "Companies with a founder, a headquarters city and a rival."
+    rng, companies = m.rng, []
+    for _ in range(m.counts["company"]):
+        name, twin = m.word_and_noun(companies, COMPANY_SUFFIXES)
         founder = rng.choice(people)
-        c = add(name, "company", founder=founder.name, founded=founder["born"] + rng.randint(22, 50),
-                hq=rng.choice(cities).name, employees=rng.randint(40, 180_000))
+        c = m.add(name, "company", founder=founder.name, founded=founder["born"] + rng.randint(22, 50),
+                  hq=rng.choice(cities).name, employees=rng.randint(40, 180_000))
         if twin: c.attrs["namesake"], twin.attrs["namesake"] = twin.name, c.name
         companies.append(c)
     for c in companies: c.attrs["rival"] = rng.choice([o for o in companies if o is not c]).name
-    films = []
-    for _ in range(counts["film"]):
-        name, twin = word_and_noun(films, FILM_NOUNS)
+    return companies
+
+def _films(m: _EntityMaker, people: list[Entity]) -> list[Entity]:
+    "Films with a director, a cast of two and a film they are compared with."
+    rng, films = m.rng, []
+    for _ in range(m.counts["film"]):
+        name, twin = m.word_and_noun(films, FILM_NOUNS)
         director = rng.choice(people)
         cast = rng.sample([p for p in people if p is not director], 2)
-        f = add(name, "film", director=director.name, released=director["born"] + rng.randint(25, 54), cast=[p.name for p in cast])
+        f = m.add(name, "film", director=director.name, released=director["born"] + rng.randint(25, 54), cast=[p.name for p in cast])
         if twin: f.attrs["namesake"], twin.attrs["namesake"] = twin.name, f.name
         films.append(f)
     for f in films: f.attrs["compared_with"] = rng.choice([o for o in films if o is not f]).name
-    for _ in range(counts["university"]):
-        add(rng.choice(UNIVERSITY_FORMS).format(names.word()), "university", city=rng.choice(cities).name,
-            founded=rng.randint(1400, 1990), students=rng.randint(800, 60_000))
+    return films
+
+def _make_entities(rng: random.Random, n: int) -> dict[str, Entity]:
+    "The `n` entities of a world, made in a fixed order (the order the rng is drawn in is what makes a seed a world)."
+    m = _EntityMaker(rng, n)
+    cities = _places(m)
+    people = _people(m, cities)
+    companies = _companies(m, people, cities)
+    films = _films(m, people)
+    for _ in range(m.counts["university"]):
+        m.add(rng.choice(UNIVERSITY_FORMS).format(m.names.word()), "university", city=rng.choice(cities).name,
+              founded=rng.randint(1400, 1990), students=rng.randint(800, 60_000))
     for p in people:
         roles = [r for r, t, key in (("film director", films, "director"), ("entrepreneur", companies, "founder"))
                  if any(x[key] == p.name for x in t)]
         p.attrs["occupation"] = " and ".join(roles) if roles else rng.choice(OCCUPATIONS)
-    return ents
+    return m.ents
 
 # %% ../nbs/01a_worlds.ipynb #eca618c6
 def _country_name(names: NameGen, rng: random.Random) -> str:

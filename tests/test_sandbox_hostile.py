@@ -1,4 +1,4 @@
-"Hostile code against coa_lib.tools.run_python: each program must be contained, with a clear error, and leave the host as it was."
+"Hostile code against coa_lib.sandbox.run_python: each program must be contained, with a clear error, and leave the host as it was."
 import dataclasses, json, os, socket, subprocess, sys, textwrap, threading, time, uuid
 from pathlib import Path
 

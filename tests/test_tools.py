@@ -1,5 +1,5 @@
 "Tests of coa_lib.tools: search/crawl over corpora (never raising on model text), index caching, the ToolBox contract, sandbox refusal."
-import json, random, string, sys, types, warnings
+import json, random, string, warnings
 from pathlib import Path
 
 import pytest
@@ -183,7 +183,7 @@ def test_run_python_concurrent_results_do_not_mix():
 
 
 def test_refuses_without_isolation_unless_allowed(monkeypatch):
-    monkeypatch.setattr(T, "_find_bwrap", lambda: None)
+    monkeypatch.setattr(S, "_find_bwrap", lambda: None)
     try:
         info = sandbox_info(refresh=True)
         assert not info.available and "bubblewrap" in info.reason and "not installed" in info.reason
@@ -206,7 +206,7 @@ def test_a_failed_set_up_names_the_path_and_bwraps_message(monkeypatch, tmp_path
     # an interpreter in a 0700 directory: bwrap (run as nobody) cannot bind it; the reason says so, not "install bubblewrap"
     private = tmp_path / "private"; (private / "bin").mkdir(parents=True); private.chmod(0o700)
     py = private / "bin" / "python3"; py.write_bytes(Path("/usr/bin/python3").read_bytes()); py.chmod(0o755)
-    monkeypatch.setattr(T, "_python_candidates", lambda: [str(py)])
+    monkeypatch.setattr(S, "_python_candidates", lambda: [str(py)])
     try:
         info = sandbox_info(refresh=True)
         assert not info.available, info
@@ -294,15 +294,14 @@ def test_tool_exception_becomes_an_error_observation(box, monkeypatch):
 
 @pytest.fixture
 def fake_tasks(monkeypatch):
-    "A stand-in coa_lib.tasks whose corpus_for_task counts its calls."
+    "A stand-in for `corpus_for_task` (as the tools module sees it) that counts its calls."
     calls = []
     worlds = {f"w{i}": synthetic_corpus(20, seed=10 + i) for i in range(3)}
     def corpus_for_task(task):
         calls.append(task["id"])
         meta = json.loads(task["meta"])
         return worlds.get(meta.get("world"))
-    mod = types.ModuleType("coa_lib.tasks"); mod.corpus_for_task = corpus_for_task
-    monkeypatch.setitem(sys.modules, "coa_lib.tasks", mod)
+    monkeypatch.setattr(T, "corpus_for_task", corpus_for_task)
     monkeypatch.setattr(T, "_TOOL_LRU", type(T._TOOL_LRU)())
     return calls, worlds
 
