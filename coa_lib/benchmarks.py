@@ -54,6 +54,7 @@ def _read_hotpot(path) -> tuple[list[dict], list[dict]]:
                           path=path_steps, type=qtype, level=get_field(rec, "level", path, w, default="")))
     return rows, corpus
 
+# %% ../nbs/01c_benchmarks.ipynb #3caf49c3
 def _read_musique(path) -> tuple[list[dict], list[dict]]:
     rows, corpus, seen = [], [], set()
     for w, rec in read_jsonl(path):
@@ -100,6 +101,7 @@ def _read_game24_csv(path) -> tuple[list[dict], None]:
                                  solved_rate=rec.get("Solved rate") or "", steps=3))
     return rows, None
 
+# %% ../nbs/01c_benchmarks.ipynb #77e1be88
 def _read_game24_json(path) -> tuple[list[dict], None]:
     rows = []
     for i, rec in enumerate(read_json_list(path)):

@@ -237,6 +237,7 @@ def read_json_list(path) -> list:
     if not data: raise DataFormatError(f"{path}: no records (an empty JSON list)")
     return data
 
+# %% ../nbs/00_core.ipynb #dbb20f62
 def read_jsonl(path) -> list[tuple[str, Any]]:
     out = []
     for i, line in enumerate(read_text_file(path).split("\n"), 1):    # not splitlines: a JSON string may hold a raw U+2028

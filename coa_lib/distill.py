@@ -59,6 +59,7 @@ def _double_check(parsed: dict, compact: bool) -> str:
     score = parsed.get("score", 0)
     return f"score {score}/4" if compact and score >= 3 else f"score {score}/4. {parsed.get('reason', '')}"
 
+# %% ../nbs/06_distill.ipynb #b4911770
 @dataclass(frozen=True)
 class Spans:
     "Which roles a distilled format keeps (the tools and answer are always kept when the format has them), and in which wording."
@@ -105,6 +106,7 @@ def trace_to_coa(trace: dict, compact: bool = True) -> str:
     "The chain-of-agents trajectory of a trace (`compact=False`: every agent's remarks in full)."
     return linearize(trace, replace(COA_SPANS, compact=compact))
 
+# %% ../nbs/06_distill.ipynb #1dd45f01
 def trace_to_react(trace: dict, compact: bool = True) -> str:
     "The ReAct/TIR twin: the agents' thoughts, tool calls and observations, and the answer (no plan, reflection or checks)."
     return linearize(trace, replace(REACT_SPANS, compact=compact))

@@ -97,6 +97,7 @@ def records_dataset(episodes: list[Episode], tasks: Sequence[dict] | None = None
              "wall_time": Value("float64"), "reward": Value("float64")}
     return Dataset.from_list(rows, features=Features(feats))
 
+# %% ../nbs/08c_evaluate.ipynb #959d06c2
 def evaluate(policy, dataset, toolbox=None, fmt: TagSet | str = COA, n: int = 1, k: Sequence[int] = (1,),
              run_dir: str | Path | None = None, name: str = "eval", max_turns: int = 8, max_new_tokens: int = 256,
              max_total_tokens: int = 2048, temperature: float = 0.0, seed: int | None = None, batch_size: int = 32,
@@ -170,6 +171,7 @@ def results_table(metrics: dict[str, dict]):
         rows.append(row)
     return pd.DataFrame(rows).set_index("system")
 
+# %% ../nbs/08c_evaluate.ipynb #818c1095
 def plot_results(metrics: dict[str, dict], path) -> Path:
     "Two panels: accuracy by kind per system, and accuracy (95% CI) against processed tokens per task; saved as PNG."
     import matplotlib; matplotlib.use("Agg")

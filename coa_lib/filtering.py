@@ -89,6 +89,7 @@ def is_recovery(text: str) -> bool:
         if flagged and any(t.tag in TOOL_TAGS for t in segs[i + 1:]): return True
     return False
 
+# %% ../nbs/07_filter.ipynb #326681d3
 def action_key(text: str) -> str:
     "What the trajectory *does*, normalised: its spans without observations, lower-cased, punctuation and spaces folded."
     acts = " ".join(s.content for s in steps_of(text))

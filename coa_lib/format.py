@@ -115,6 +115,7 @@ def parse_coa(text: str) -> list[Segment]:
             k = t.end()  # a mismatched closing tag stays inside the content
     return _fill_text(text, segs)
 
+# %% ../nbs/00_format.ipynb #2a4c5b6f
 def _fill_text(text: str, tagged: list[Segment]) -> list[Segment]:
     "The tagged spans with the untagged text between them as one segment per gap (sliced once: linear in the text)."
     out: list[Segment] = []
@@ -138,6 +139,7 @@ class _Where:
         if self.newlines is None: self.newlines = [m.start() for m in re.finditer("\n", self.text)]
         return f"at char {i} (line {bisect.bisect_left(self.newlines, i) + 1})"
 
+# %% ../nbs/00_format.ipynb #2bb6e01c
 def validate_coa(text: str, tools: tuple[str, ...] | None = None, roles: tuple[str, ...] | None = None,
                  fmt: TagSet = COA, require_answer: bool = True) -> list[str]:
     "Human-readable problems of a trajectory under format `fmt` (or explicit `tools`/`roles`); [] means valid."

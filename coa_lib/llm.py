@@ -115,6 +115,7 @@ def _eos_ids(tokenizer) -> list[int]:
     ids = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids(IM_END) if IM_END in tokenizer.get_vocab() else None]
     return [i for i in dict.fromkeys(ids) if i is not None]
 
+# %% ../nbs/04_llm.ipynb #101d3702
 def build_tiny_qwen2(tokenizer, size: str | ModelSize = "tiny", seed: int = 0, init_std: float = 0.02) -> Qwen2ForCausalLM:
     "A randomly initialised (seeded) Qwen2ForCausalLM of a named size for `tokenizer`."
     cfg = qwen2_config(tokenizer, size, init_std)
@@ -333,6 +334,7 @@ def parse_judgement(text: str) -> bool | None:
             verdicts.append(v.strip().lower() == "correct")
     return verdicts[-1] if verdicts else None
 
+# %% ../nbs/04_llm.ipynb #5f43180a
 def llm_judge(question: str, gold: str, prediction: str | None, backend: Backend, retries: int = 2,
               max_new_tokens: int = 256) -> bool:
     "Ask `backend` whether `prediction` answers `question` like `gold`; raises JudgeError after `retries` malformed replies."

@@ -51,6 +51,7 @@ RATINGS = ("good", "average", "poor")
 CRITERIA = ("information_conflict", "tool_effectiveness", "trajectory_monitoring")
 REPORT_CLOSE = "</report>"
 
+# %% ../nbs/05_teacher_mas.ipynb #cd0b4683
 ROLE_SPECS: dict[Role, RoleSpec] = {s.role: s for s in (
     RoleSpec(Role.PLANNER,
              "Role: planner\nYou manage a team that answers a question. Mode plan: write a numbered plan inside <plan></plan>, "
@@ -144,6 +145,7 @@ def parse_review(text: str) -> dict:
     out["comment"] = str(obj.get("comment", ""))[:500] if obj else (text or "")[:500]
     return out
 
+# %% ../nbs/05_teacher_mas.ipynb #c1cdeb4f
 def parse_verdict(text: str) -> tuple[int, str]:
     "(score 1-4, reason) of a verifier output; score 0 when no valid score can be read."
     obj = parse_json_object(text) or {}
@@ -274,6 +276,7 @@ def solve(self: MAS, task: dict, defer_score: bool = False) -> dict:
     rec = trace_record(task, calls, answer, None, replans, verdict[0], time.perf_counter() - t0)
     return rec if defer_score and task["kind"] in MAIN_THREAD_SCORED else finish_trace(rec, task)
 
+# %% ../nbs/05_teacher_mas.ipynb #b38da474
 @patch
 def _replan(self: MAS, calls, rnd, q, steps, findings, feedback: str) -> list[Step]:
     "The planner's revised plan: the steps to redo (those it names that exist in the plan)."

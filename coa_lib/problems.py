@@ -54,6 +54,7 @@ def _m_field(r, who):
     a, b = r.randint(120, 2500), r.randint(90, 1800); c = r.randint(5, min(a, b) // 2)
     return f"{who}'s field is {a} m long and {b} m wide, with a square pond of side {c} m in it. How many square metres of the field are not pond?", f"{a} * {b} - {c} * {c}"
 
+# %% ../nbs/01b_problems.ipynb #a26521a2
 def _m_doubling(r, who):
     a, k = r.randint(3, 999), r.randint(8, 30)
     return f"A colony of {a} cells, studied by {who}, doubles every hour. How many cells are there after {k} hours?", f"{a} * 2 ** {k}"
@@ -111,6 +112,7 @@ def reachable(nums: tuple[int, ...]) -> dict[Fraction, str]:
                 for v, e in _combine(a, ea, b, eb): out.setdefault(v, e)
     return out
 
+# %% ../nbs/01b_problems.ipynb #60555f56
 def solve24(hand, target: int = 24) -> str | None:
     "One expression over the four numbers of `hand` equal to `target`, or None if there is none."
     nums, t = tuple(sorted(int(x) for x in hand)), Fraction(target)
@@ -164,6 +166,7 @@ def game24_hands(split: str) -> list[tuple[int, ...]]:
     excluded = excluded_game24_hands()
     return [h for h in solvable_hands() if h not in excluded and (split == "all" or split_of(("game24", h)) == split)]
 
+# %% ../nbs/01b_problems.ipynb #61535056
 def game24_rows(n: int, split: str, seed: int) -> list[dict]:
     pool, rng, rows = game24_hands(split), rng_for("game24", split, seed), []
     if not pool: raise ValueError(f"no game24 hands in split {split!r}")

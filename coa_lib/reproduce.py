@@ -84,6 +84,7 @@ def git_commit(repo: str | Path | None = None) -> str:
     except (OSError, subprocess.TimeoutExpired): return ""
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
+# %% ../nbs/14_reproduce.ipynb #2e3f0069
 def machine_info() -> dict:
     "CPU model, cores, memory, GPU and library versions of this machine, for a run's provenance."
     import os, platform
@@ -143,6 +144,7 @@ def format_summary(runs: list[NotebookRun], profile: str, run_dir: Path) -> str:
                       "|---|---|---:|---:|---|---|", *rows, "",
                       f"Wall time of the notebooks run now: {total:.1f} s; of the runs that completed each: {stage_total:.1f} s", ""])
 
+# %% ../nbs/14_reproduce.ipynb #7e18450b
 def reproduce(profile: str = "full", run_dir: str | Path = "runs/full", start: str | None = None,
               only: list[str] | None = None, force: bool = False, nbs_dir: str | Path | None = None,
               progress: bool = True) -> list[NotebookRun]:

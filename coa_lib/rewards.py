@@ -103,6 +103,7 @@ def _math_verify_off_main_thread(prediction: str, gold: str, timeout_s: int) -> 
         pool.terminate()
         return False
 
+# %% ../nbs/03_rewards.ipynb #671204c4
 def math_equal(prediction: Any, gold: Any, timeout_s: int = 5) -> bool:
     "Whether `prediction` equals `gold` mathematically (math-verify; plain-number fallback when it cannot parse)."
     if prediction is None or gold is None: return False
@@ -306,6 +307,7 @@ for _s in (Scorer("multihop", _score_qa, judgeable=True), Scorer("comparison", _
            Scorer("game24", _score_24), Scorer("code", _score_code)):
     register_scorer(_s)
 
+# %% ../nbs/03_rewards.ipynb #0378cbd2
 def score(task: dict, prediction: str | None, judge: Callable[[str, str, str], bool] | None = None) -> float:
     "The reward in [0, 1] of `prediction` for `task`, by the scorer of `task['kind']` (an LLM judge for QA if given)."
     scorer = SCORERS.get(task.get("kind"))

@@ -23,6 +23,7 @@ __all__ = ['KVBatch', 'eos_ids_of', 'pad_id', 'sample_next', 'encode_prompt', 'n
 def _tokenizer_of(policy):
     return getattr(policy, "tokenizer", None)
 
+# %% ../nbs/08_rollout.ipynb #d11ccc38
 def _rollout_backend(policy, runs: list[EpisodeRun], limits: Limits, temperature: float, seed: int | None,
                      batch_size: int, bar) -> None:
     "Drive `runs` turn by turn through `policy.generate` (whole history each turn), `batch_size` prompts per call."
@@ -57,6 +58,7 @@ def _rollout_backend(policy, runs: list[EpisodeRun], limits: Limits, temperature
         turn += 1
         active = [r for r in active if not r.done]
 
+# %% ../nbs/08_rollout.ipynb #e9c69a83
 def _backend_turn(r: EpisodeRun, c, budget: int, limits: Limits, tok) -> None:
     "Book one Completion into its episode and apply the turn rules."
     if not isinstance(c.text, str): raise TypeError(f"backend returned {type(c.text).__name__} text, expected str")
@@ -174,6 +176,7 @@ def select(self: KVBatch, keep: list[int]) -> None:
     self.mask = self.mask[idx]
     self.pos = [self.pos[i] for i in keep]
 
+# %% ../nbs/08_rollout.ipynb #c2815788
 @patch
 def maybe_compact(self: KVBatch) -> bool:
     "Drop masked columns when they make the cache much longer than its longest row."
@@ -328,6 +331,7 @@ def _runs_for(tasks, fmt: TagSet, n: int, limits: Limits, toolbox, tokenizer, re
         for j in range(n): runs.append(EpisodeRun(task, j, fmt, prompt, limits, toolbox, tokenizer, reward_fn))
     return runs
 
+# %% ../nbs/08_rollout.ipynb #aeb6c1d8
 @torch.inference_mode()
 def naive_rollout(model, tokenizer, tasks, toolbox=None, fmt: TagSet | str = COA, n: int = 1, max_turns: int = 8,
                   max_new_tokens: int = 256, max_total_tokens: int = 2048, temperature: float = 0.0, seed: int | None = None,

@@ -57,6 +57,7 @@ class SandboxLimits:
     @property
     def cpu_s(self) -> int: return int(math.ceil(self.timeout_s)) + 1
 
+# %% ../nbs/02a_sandbox.ipynb #d4e881d7
 _BOOT = """import sys,resource as R
 try:
     with open('/proc/self/oom_score_adj','w') as f: f.write('1000')
@@ -118,6 +119,7 @@ SECCOMP_DENY = {   # platform.machine() -> (AUDIT_ARCH_*, {system call: number})
     "aarch64": (0xC00000B7, {"msgget": 186, "semget": 190, "shmget": 194, "memfd_create": 279, "memfd_secret": 447}),
 }
 
+# %% ../nbs/02a_sandbox.ipynb #90e8dca8
 @functools.lru_cache(maxsize=4)
 def seccomp_filter(machine: str | None = None) -> bytes | None:
     "The classic-BPF program bwrap loads with `--seccomp` (None on an architecture without a table above)."
@@ -143,7 +145,6 @@ def bwrap_command(bwrap: str, python: str, lim: SandboxLimits, info_fd: int, sec
             "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp/work",
             "--setenv", "LANG", "C.UTF-8", "--setenv", "TMPDIR", "/tmp",
             python, "-I", "-S", "-B", "-u", "-c", bootstrap_code(lim)]
-
 
 # %% ../nbs/02a_sandbox.ipynb #9c5a6f1c
 _SIGNAL_HINTS = {signal.SIGSEGV: "segmentation fault", signal.SIGXCPU: "CPU time limit exceeded",
@@ -374,6 +375,7 @@ def _python_candidates() -> list[str]:
 def _find_bwrap() -> str | None:
     return shutil.which("bwrap") or next((p for p in BWRAP_CANDIDATES if os.access(p, os.X_OK)), None)
 
+# %% ../nbs/02a_sandbox.ipynb #f679c264
 def _self_check() -> SandboxInfo:
     bwrap = _find_bwrap()
     if not bwrap: return SandboxInfo(False, reason="bwrap (bubblewrap) is not installed; `make venv` installs it (apt-get install bubblewrap)")

@@ -215,6 +215,7 @@ def _body(self: _Handler) -> Any:
     except (ValueError, RecursionError) as e:   # bad JSON, bad UTF-8, an integer of 4,300+ digits, nesting too deep
         raise RequestError(400, f"the request body is not valid JSON: {type(e).__name__}: {str(e)[:200]}") from None
 
+# %% ../nbs/04b_serve.ipynb #2c84aeaa
 @patch
 def do_POST(self: _Handler):
     path = self.path.split("?", 1)[0].rstrip("/")

@@ -54,6 +54,7 @@ def encode_sft_row(prompt: str, completion: str, tokenizer, max_len: int | None 
     pieces = _pieces(prompt, completion, obs_weight)
     return _assemble(pieces, [tokenizer(t, add_special_tokens=False)["input_ids"] for t, _ in pieces], max_len, obs_weight)
 
+# %% ../nbs/09_sft.ipynb #f34691cc
 def tokenize_sft(dataset, tokenizer, max_len: int | None = 1024, obs_weight: float = 0.0) -> Dataset:
     "Prompt/completion rows as pre-tokenized `input_ids`, `labels`, `n_trained` (+ `loss_weights`); rows with no model-written token are dropped."
     rows = dataset.to_list() if isinstance(dataset, Dataset) else list(dataset)
@@ -68,7 +69,6 @@ def tokenize_sft(dataset, tokenizer, max_len: int | None = 1024, obs_weight: flo
         if e["n_trained"] == 0: continue
         for key, v in e.items(): out.setdefault(key, []).append(v)
     return Dataset.from_dict(out or {"input_ids": [], "labels": [], "n_trained": []})
-
 
 # %% ../nbs/09_sft.ipynb #37be982f
 @dataclass
@@ -186,6 +186,7 @@ def _plain_loss_trainer_class():
             return Trainer.compute_loss(self, model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
     return PlainLossSFTTrainer
 
+# %% ../nbs/09_sft.ipynb #70b3cfb5
 class WeightedLossCollator:
     "Right-pads `input_ids`, `labels` (-100) and `loss_weights` (0) of pre-tokenized rows, with the attention mask."
     def __init__(self, pad_token_id: int): self.pad_token_id = pad_token_id
@@ -250,6 +251,7 @@ def budget_subset(dataset: Dataset, tokenizer, cfg: SFTStageConfig, chunk: int =
     from datasets import concatenate_datasets
     return concatenate_datasets(parts)
 
+# %% ../nbs/09_sft.ipynb #f70bb68b
 def train_sft(dataset, base, out_dir, config: SFTStageConfig | None = None, tokenizer=None, callbacks=None) -> Path:
     "Train `base` on `dataset` (prompt/completion rows or a tokenized set), observations masked; the saved model's dir."
     cfg, out_dir = config or SFTStageConfig(), Path(out_dir)

@@ -242,6 +242,7 @@ GAME24_PAPER = {"AgentFlow (Qwen2.5-7B, Flow-GRPO)": 0.530, "GPT-4o": 0.320}
 
 def _pct(x: float) -> str: return f"{100 * x:.1f}"
 
+# %% ../nbs/14a_stages.ipynb #8aee2059
 def sft_report(run_dir) -> str:
     "Markdown of the SFT stage's results (table with 95% CIs, real GameOf24, memorisation gap, training) from the run's JSON."
     rd = Path(run_dir)

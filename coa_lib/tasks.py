@@ -119,6 +119,7 @@ def _compare_value(world: World, c: Comparison, name: str) -> tuple[int, list[di
     b = world.entities[e[c.bridge]]
     return b[c.attr], [_step(world, name, c.bridge), _step(world, b.name, c.attr)]
 
+# %% ../nbs/01_tasks.ipynb #15372c71
 def _comparison_candidates(world: World, ok: Callable[[str], bool]) -> dict[int, list]:
     groups: dict[int, list] = {2: [], 4: []}
     for ci, c in enumerate(COMPARISONS):
@@ -172,6 +173,7 @@ def _mx_population_sum(w, names, rng):
     return (f"What is the combined population of the cities {a.name} and {b.name}?",
             [(a.name, "population"), (b.name, "population")], f"{a['population']} + {b['population']}")
 
+# %% ../nbs/01_tasks.ipynb #78a05ebd
 def _mx_population_diff(w, names, rng):
     a, b = sorted((w.entities[n] for n in names), key=lambda e: -e["population"])
     if a["population"] == b["population"]: return None
@@ -327,6 +329,7 @@ def _suite_qa(kind: str, n: int, split: str, seed: int, worlds: list[World]) -> 
         raise ValueError(f"{len(worlds)} worlds give only {len(rows)} {kind} tasks for {split!r} (asked {n}); raise worlds_per_split")
     return rows
 
+# %% ../nbs/01_tasks.ipynb #5556cc2d
 def make_task_suite(kinds=TASK_KINDS, n_per_kind: int | dict = 100, split: str = "train", seed: int = 0,
                     worlds_per_split: int = 100, n_entities: int = 40) -> Dataset:
     "Tasks of several kinds for one split; QA tasks drawn round-robin from many small worlds of that split."

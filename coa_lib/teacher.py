@@ -50,6 +50,7 @@ class ParsedPrompt:
     context: str
     history: str
 
+# %% ../nbs/05a_scripted_teacher.ipynb #84501a34
 def read_prompt(prompt: str) -> ParsedPrompt:
     "Split a prompt made by `render_prompt` into role, question, instruction fields, findings and agent history."
     msgs = _MSG_RE.findall(prompt)
@@ -102,6 +103,7 @@ def step_groups(task: dict) -> list[list[int]]:
 def _step_of(groups: list[list[int]], i: int) -> int:
     return next(k for k, g in enumerate(groups, 1) if i in g)
 
+# %% ../nbs/05a_scripted_teacher.ipynb #4e64dbdc
 def _source_step(path: list[dict], groups: list[list[int]], i: int) -> int | None:
     "The (1-based) earlier step whose fact names the page of path index i."
     for k in range(i - 1, -1, -1):
@@ -173,6 +175,7 @@ def _suggest(task: dict, findings: dict[int, str]) -> str:
     gold = task["answer"]
     return gold if _contains(last, gold) else _answer_like(last, " ".join(findings.get(k, "") for k in range(1, n)))
 
+# %% ../nbs/05a_scripted_teacher.ipynb #149fd62b
 def planner_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs) -> str:
     "The scripted planner: plan, re-plan from feedback, or suggest an answer."
     mode = p.fields.get("Mode", "plan")
@@ -192,6 +195,7 @@ def planner_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: Mista
 def _p(knobs: MistakeKnobs, p: float, retry: bool) -> float:
     return p * knobs.retry_scale if retry else p
 
+# %% ../nbs/05a_scripted_teacher.ipynb #76646f83
 def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs) -> str:
     "The scripted search agent: one turn (a tool call or a report)."
     try: k = int(p.fields.get("Step", "0"))
@@ -253,6 +257,7 @@ def _example_test(task: dict) -> str | None:
     m = re.search(r"For example, `(.+?)` returns `(.+?)`\.", task["question"])
     return f"assert {m.group(1)} == {m.group(2)}\nprint('example passed')" if m else None
 
+# %% ../nbs/05a_scripted_teacher.ipynb #a5707182
 def code_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs) -> str:
     "The scripted code agent: one turn (a code call or a report)."
     kind, obs, retry = task["kind"], _observations(p.history), "Check carefully" in p.fields.get("Task", "")

@@ -46,6 +46,7 @@ def gpt2_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
     "GPT-2's byte-level pre-tokenizer (a leading space fused into the next word, digits in runs): the project's first choice."
     return pre_tokenizers.ByteLevel(add_prefix_space=False)
 
+# %% ../nbs/04a_tokenizer.ipynb #eea57b52
 def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048, min_frequency: int = 2, model_max_length: int = 4096,
                     pre_tokenizer: pre_tokenizers.PreTokenizer | None = None) -> PreTrainedTokenizerFast:
     "Train a byte-level BPE on `texts` (copy-safe pieces by default) with the CoA tags as single tokens and a Qwen-style chat template."
@@ -75,7 +76,6 @@ def apply_chat_template(tokenizer, prompt: str | list[dict], system: str | None 
         if messages[0].get("role") != "system" or len(messages) < 2 or messages[1].get("role") != "user": raise
         merged = [{"role": "user", "content": f"{messages[0]['content']}\n\n{messages[1]['content']}"}] + messages[2:]
         return tokenizer.apply_chat_template(merged, tokenize=False, add_generation_prompt=add_generation_prompt)
-
 
 # %% ../nbs/04a_tokenizer.ipynb #648335b8
 def chat_block(role: str, content: str) -> str:

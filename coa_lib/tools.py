@@ -169,6 +169,7 @@ def snippet(self: SearchTool, page: int, words: Sequence[str]) -> str:
     text = " ".join(sents[j][0] for j in sorted(chosen))
     return text if len(text) <= self.snippet_chars else text[: self.snippet_chars - 1].rstrip() + "…"
 
+# %% ../nbs/02_tools.ipynb #5cea1ac2
 @patch
 def search(self: SearchTool, query: str) -> str:
     "Observation text: the top-k page titles with snippets, or a clear message when nothing matches."
@@ -196,6 +197,7 @@ def _trigrams(key: str) -> set[str]:
     k = f"  {key} "
     return {k[i:i + 3] for i in range(len(k) - 2)}
 
+# %% ../nbs/02_tools.ipynb #8a258834
 class CrawlTool:
     "Page text by title: exact, then case-insensitive, then fuzzy; 'no such page' with suggestions otherwise."
     def __init__(self, corpus: Any, max_chars: int = 2000, corpus_id: str | None = None, fuzzy_cutoff: float = 0.8,

@@ -52,6 +52,7 @@ def toy_tasks(table: dict[str, str], n: int, seed: int = 0, hops: Sequence[int] 
                       "answer": table[target].split(": code ")[1], "meta": json.dumps({"hops": h, "start": name})})
     return tasks
 
+# %% ../nbs/08b_toy.ipynb #3c29079d
 class ToyToolBox:
     "Tools of the toy world: `<web_search>name</web_search>` -> that name's entry; nothing else."
     def __init__(self, table: dict[str, str]): self.table, self.seen = table, set()

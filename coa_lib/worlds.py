@@ -38,6 +38,7 @@ data note vote tale sale male pale kale gale bale dale base vase ease sole role 
 same game fame lame tame came name bake lake make rake sake take wake date fate gate hate late mate rate sate
 """.split())
 
+# %% ../nbs/01a_worlds.ipynb #0ad9f89e
 class NameGen:
     "Pronounceable, never-repeating, non-English names from a shared syllable inventory."
     def __init__(self, rng: random.Random): self.rng, self.used = rng, set()
@@ -80,6 +81,7 @@ class Entity:
     def __getitem__(self, key: str) -> Any: return self.attrs[key]
     def get(self, key: str, default: Any = None) -> Any: return self.attrs.get(key, default)
 
+# %% ../nbs/01a_worlds.ipynb #42ac9251
 @dataclass
 class World:
     "A seeded fictional world: entities, their facts and the encyclopedia pages that state them."
@@ -152,6 +154,7 @@ def _places(m: _EntityMaker) -> list[Entity]:
         cities.append(c)
     return cities
 
+# %% ../nbs/01a_worlds.ipynb #4aa560d1
 def _people(m: _EntityMaker, cities: list[Entity]) -> list[Entity]:
     "People born in the cities, some with a look-alike namesake, two thirds of them married in pairs."
     rng, names, people = m.rng, m.names, []
@@ -197,6 +200,7 @@ def _films(m: _EntityMaker, people: list[Entity]) -> list[Entity]:
     for f in films: f.attrs["compared_with"] = rng.choice([o for o in films if o is not f]).name
     return films
 
+# %% ../nbs/01a_worlds.ipynb #fb6efadb
 def _make_entities(rng: random.Random, n: int) -> dict[str, Entity]:
     "The `n` entities of a world, made in a fixed order (the order the rng is drawn in is what makes a seed a world)."
     m = _EntityMaker(rng, n)
@@ -222,6 +226,7 @@ def _country_name(names: NameGen, rng: random.Random) -> str:
 # %% ../nbs/01a_worlds.ipynb #3be4cc7f
 def _a(word: str) -> str: return ("an " if word[0] in "aeiou" else "a ") + word
 
+# %% ../nbs/01a_worlds.ipynb #f3c679ca
 def _render(ents: dict[str, Entity], rng: random.Random) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
     pages, facts = {}, {}
     for e in ents.values():
@@ -269,6 +274,7 @@ def _render(ents: dict[str, Entity], rng: random.Random) -> tuple[dict[str, str]
         pages[n] = " ".join(s)
     return pages, facts
 
+# %% ../nbs/01a_worlds.ipynb #5e4755de
 def make_world(seed: int, n_entities: int = 40) -> World:
     "A seeded world of `n_entities` fictional entities and their encyclopedia pages (same seed -> same world)."
     rng = rng_for("world", seed, n_entities)
