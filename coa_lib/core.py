@@ -111,6 +111,9 @@ def load_or_build(run_dir: str | os.PathLike, name: str, build: Callable[[Path],
     "Load artifact `name` from `run_dir`, building it first with `build(path)` if it is missing or unfinished."
     path = artifact_path(run_dir, name)
     if not is_built(path):
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # under `accelerate launch`: two processes must not build one artifact
+            raise RuntimeError(f"{path}: missing, and this is one of {os.environ['WORLD_SIZE']} processes; build it in one "
+                               "process first (`python -m coa_lib.stages prepare ...`), then launch the processes")
         build(path)
         mark_built(path)
     return load(path)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_sft.ipynb #c1803d97
 from __future__ import annotations
-import math, random, time
+import math, os, random, time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
@@ -147,6 +147,9 @@ def probe_precision(model, steps: int = 3, batch: int = 8, seq: int = 512) -> di
 def choose_precision(model, tokenizer, cfg: SFTStageConfig) -> dict:
     "`{'bf16': ...}` as configured, or measured at the training batch shape, once per model and thread count in this process."
     if cfg.bf16 is not None: return {"bf16": bool(cfg.bf16), "how": "configured"}
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # processes must agree, and a speed probe per process may not
+        bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        return {"bf16": bf16, "how": "several processes: no probe; bf16 where the GPU supports it, else fp32"}
     key = (model.config.to_json_string(), torch.get_num_threads())
     if key not in _PRECISION_CACHE: _PRECISION_CACHE[key] = probe_precision(model, batch=cfg.batch_size, seq=min(cfg.max_len, 512))
     return _PRECISION_CACHE[key]
@@ -274,13 +277,16 @@ def train_sft(dataset, base, out_dir, config: SFTStageConfig | None = None, toke
         wall = time.perf_counter() - t0
     finally:
         torch.set_num_threads(threads)
-    trainer.model.save_pretrained(str(out_dir)); tokenizer.save_pretrained(str(out_dir))
-    history = [h for h in trainer.state.log_history if "loss" in h]
-    atomic_write_json(out_dir / "loss_history.json", history)
-    plot_loss([history], [out_dir.name], out_dir / "loss.png")
-    atomic_write_json(done, {"max_steps": max_steps, "global_step": trainer.state.global_step, "rows": train_set.num_rows,
-                             "tokens_seen": int(trainer.state.num_input_tokens_seen), "resumed_from": str(resume) if resume else None,
-                             "wall_s": wall, "train_loss": result.training_loss, "precision": precision, "config": asdict(cfg)})
+    if trainer.is_world_process_zero():   # under `accelerate launch` every process trains, one writes the run dir
+        trainer.model.save_pretrained(str(out_dir)); tokenizer.save_pretrained(str(out_dir))
+        history = [h for h in trainer.state.log_history if "loss" in h]
+        atomic_write_json(out_dir / "loss_history.json", history)
+        plot_loss([history], [out_dir.name], out_dir / "loss.png")
+        atomic_write_json(done, {"max_steps": max_steps, "global_step": trainer.state.global_step, "rows": train_set.num_rows,
+                                 "tokens_seen": int(trainer.state.num_input_tokens_seen), "resumed_from": str(resume) if resume else None,
+                                 "wall_s": wall, "train_loss": result.training_loss, "precision": precision, "config": asdict(cfg),
+                                 "processes": trainer.args.world_size})
+    trainer.accelerator.wait_for_everyone()   # no process returns before the model is saved
     return out_dir
 
 # %% ../nbs/09_sft.ipynb #f3cab02f

@@ -4,7 +4,7 @@
 
 # %% ../nbs/14a_stages.ipynb #f82e7664
 from __future__ import annotations
-import os, shutil, sys
+import argparse, os, shutil, sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
@@ -13,13 +13,13 @@ import torch
 from datasets import Dataset, concatenate_datasets, load_from_disk
 from transformers import PreTrainedTokenizerFast
 
-from .core import (SPLITS, TASK_KINDS, atomic_dir, atomic_write_json, check_profile, load_or_build, read_json, resolve_run_dir,
+from .core import (PROFILES, SPLITS, TASK_KINDS, atomic_dir, atomic_write_json, check_profile, load_or_build, read_json, resolve_run_dir,
                           save_dataset)
 from .distill import DISTILLERS, distill, distill_formats
 from .evaluate import evaluate
 from .filtering import SFT_SETS, FilterConfig, make_sft_sets
 from .format import COA, DIRECT, REACT, TagSet
-from .llm import build_tiny_qwen2, load_policy
+from .llm import OpenAIBackend, build_tiny_qwen2, load_policy
 from .mas import MASLimits, run_teacher
 from .sft import SFTStageConfig, plot_loss, quote_rows, train_sft
 from .tasks import TaskConfig, make_task_suite
@@ -30,7 +30,7 @@ from .tokenizer import build_tokenizer, load_tokenizer, tokenizer_texts, world_p
 __all__ = ['STUDENTS', 'GAME24_PAPER', 'build_task_splits', 'student_tokenizer', 'TeacherConfig', 'run_teacher_stage',
            'teacher_eval', 'distill_all', 'build_sft_sets', 'pretrain_base', 'Student', 'run_in_lanes', 'train_student',
            'student_named', 'train_students', 'evaluate_student', 'evaluate_students', 'eval_records',
-           'held_out_dev_rows', 'sft_report']
+           'held_out_dev_rows', 'sft_report', 'main']
 
 # %% ../nbs/14a_stages.ipynb #f8d65725
 def build_task_splits(run_dir, cfg: TaskConfig) -> dict[str, Dataset]:
@@ -63,6 +63,8 @@ class TeacherConfig:
     shard_size: int = 64
     eval_splits: tuple[str, ...] = ("dev", "test")
     seed: int = 0
+    endpoint: str | None = None     # an OpenAI-compatible base URL (vLLM, SGLang, coa_lib.serve) whose model plays the team
+    endpoint_model: str = ""        # the model name the endpoint serves; with no endpoint, the scripted teacher plays
 
     @classmethod
     def for_profile(cls, profile: str) -> TeacherConfig:
@@ -75,7 +77,8 @@ def _teacher_stage(run_dir, cfg: TeacherConfig, name: str, split_names: Sequence
     def build(path: Path):
         splits = build_task_splits(run_dir, TaskConfig.for_profile(cfg.profile))
         tasks = concatenate_datasets([splits[s] for s in split_names])
-        ds = run_teacher(tasks, scripted_backend(tasks, cfg.knobs, cfg.seed), student_tokenizer(run_dir, cfg.profile),
+        backend = OpenAIBackend(cfg.endpoint, cfg.endpoint_model) if cfg.endpoint else scripted_backend(tasks, cfg.knobs, cfg.seed)
+        ds = run_teacher(tasks, backend, student_tokenizer(run_dir, cfg.profile),
                          limits=cfg.limits, run_dir=run_dir, name=name, workers=cfg.workers, shard_size=cfg.shard_size,
                          progress=progress)
         save_dataset(ds, path)
@@ -283,3 +286,43 @@ def sft_report(run_dir) -> str:
                     f"{b['tokens_seen']:,} tokens in {b['wall_s']:.0f} s, {'bf16' if pr.get('bf16') else 'fp32'}{probe}; "
                     f"quote loss on pages of unseen dev worlds {q['random weights']:.2f} → {q['base model']:.2f} nats."]
     return "\n".join(out) + "\n"
+
+# %% ../nbs/14a_stages.ipynb #94f3accb
+def _cli() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m coa_lib.stages", description="Run stages of the pipeline into a run dir.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    prep = sub.add_parser("prepare", help="task splits, tokenizer, teacher traces, distilled and SFT sets (one process)")
+    train = sub.add_parser("train-student", help="one student's SFT; runs unchanged under `accelerate launch`")
+    for p in (prep, train):
+        p.add_argument("--run-dir", required=True)
+        p.add_argument("--profile", default="smoke", choices=PROFILES)
+    prep.add_argument("--teacher-endpoint", default=None, help="OpenAI-compatible base URL; default: the scripted teacher")
+    prep.add_argument("--teacher-model", default="", help="the model name the endpoint serves")
+    prep.add_argument("--teacher-workers", type=int, default=None, help="tasks (so requests) in flight")
+    train.add_argument("--student", default="coa", choices=[s.name for s in STUDENTS])
+    train.add_argument("--base", default=None, help="an HF model path or hub name to fine-tune (default: the run's tiny base)")
+    train.add_argument("--max-steps", type=int, default=None)
+    train.add_argument("--batch-size", type=int, default=None, help="rows per process and step")
+    train.add_argument("--lr", type=float, default=None)
+    train.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="default: measured (one process) or by the GPU")
+    return ap
+
+def main(argv: Sequence[str] | None = None) -> int:
+    "`python -m coa_lib.stages prepare | train-student ...`"
+    a = _cli().parse_args(argv)
+    if a.command == "prepare":
+        tcfg = TeacherConfig.for_profile(a.profile)
+        if a.teacher_endpoint: tcfg = replace(tcfg, endpoint=a.teacher_endpoint, endpoint_model=a.teacher_model)
+        if a.teacher_workers: tcfg = replace(tcfg, workers=a.teacher_workers)
+        run_teacher_stage(a.run_dir, tcfg); teacher_eval(a.run_dir, tcfg)
+        sets = build_sft_sets(a.run_dir, a.profile)
+        print({name: ds.num_rows for name, ds in sets.items()})
+        return 0
+    changes = {k: v for k, v in dict(max_steps=a.max_steps, batch_size=a.batch_size, lr=a.lr, bf16=a.bf16).items() if v is not None}
+    cfg = replace(SFTStageConfig.for_profile(a.profile), lanes=1, **changes)
+    print(train_student(a.run_dir, cfg, student_named(a.student), a.base))
+    return 0
+
+# %% ../nbs/14a_stages.ipynb #3b6750a7
+# run as `python -m coa_lib.stages` (a script has __file__; a notebook kernel does not)
+if __name__ == "__main__" and "__file__" in globals(): sys.exit(main())

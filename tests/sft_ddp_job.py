@@ -1,0 +1,29 @@
+"""One SFT run for tests/test_distributed.py: `python sft_ddp_job.py WORK BATCH OUT`, plain or under `accelerate launch`.
+
+Every file the run dir gets through `atomic_write_json` or `save_pretrained` is logged as `<rank> <path>` in
+`OUT.writes`, so the test can check that no two processes wrote one file."""
+import json, os, sys
+from pathlib import Path
+
+import transformers
+from datasets import Dataset
+
+import coa_lib.sft as sft
+
+work, batch, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+rank = os.environ.get("RANK", "0")
+
+def logged(fn, path_of):
+    "`fn`, logging the path it writes."
+    def wrapper(*args, **kwargs):
+        with open(f"{out}.writes", "a") as log: log.write(f"{rank} {path_of(args, kwargs)}\n")
+        return fn(*args, **kwargs)
+    return wrapper
+
+sft.atomic_write_json = logged(sft.atomic_write_json, lambda a, k: a[0])
+transformers.PreTrainedModel.save_pretrained = logged(transformers.PreTrainedModel.save_pretrained, lambda a, k: f"{a[1]}/model")
+
+rows = Dataset.from_list(json.loads((work / "rows.json").read_text()))
+cfg = sft.SFTStageConfig(batch_size=batch, max_steps=4, lr=1e-3, warmup_steps=0, lr_schedule="constant", logging_steps=1,
+                         save_steps=1000, group_by_length=False, bf16=False, threads=1, seed=0)
+sft.train_sft(rows, str(work / "init"), out, cfg)
