@@ -1,4 +1,5 @@
-"""One SFT run for tests/test_distributed.py: `python sft_ddp_job.py WORK BATCH OUT`, plain or under `accelerate launch`.
+"""One SFT run for tests/test_distributed.py: `python sft_ddp_job.py WORK BATCH OUT [STEPS [SAVE_STEPS]]`, plain or under
+`accelerate launch`.
 
 Every file the run dir gets through `atomic_write_json` or `save_pretrained` is logged as `<rank> <path>` in
 `OUT.writes`, so the test can check that no two processes wrote one file."""
@@ -11,6 +12,7 @@ from datasets import Dataset
 import coa_lib.sft as sft
 
 work, batch, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+steps, save_steps = (int(sys.argv[4]) if len(sys.argv) > 4 else 4), (int(sys.argv[5]) if len(sys.argv) > 5 else 1000)
 rank = os.environ.get("RANK", "0")
 
 def logged(fn, path_of):
@@ -24,6 +26,6 @@ sft.atomic_write_json = logged(sft.atomic_write_json, lambda a, k: a[0])
 transformers.PreTrainedModel.save_pretrained = logged(transformers.PreTrainedModel.save_pretrained, lambda a, k: f"{a[1]}/model")
 
 rows = Dataset.from_list(json.loads((work / "rows.json").read_text()))
-cfg = sft.SFTStageConfig(batch_size=batch, max_steps=4, lr=1e-3, warmup_steps=0, lr_schedule="constant", logging_steps=1,
-                         save_steps=1000, group_by_length=False, bf16=False, threads=1, seed=0)
+cfg = sft.SFTStageConfig(batch_size=batch, max_steps=steps, lr=1e-3, warmup_steps=0, lr_schedule="constant", logging_steps=1,
+                         save_steps=save_steps, group_by_length=False, bf16=False, threads=1, seed=0)
 sft.train_sft(rows, str(work / "init"), out, cfg)

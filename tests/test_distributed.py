@@ -46,6 +46,7 @@ def run(cmd: list[str], out: Path) -> dict:
 
 
 def test_two_processes_train_like_one(work, tmp_path):
+    "Equal losses and weights; one process writes the run dir; an interrupted 2-process run resumes to the same weights."
     one = run([sys.executable, str(JOB), str(work), "8", str(tmp_path / "one")], tmp_path / "one")
     accelerate = str(Path(sys.executable).parent / "accelerate")
     two = run([accelerate, "launch", "--config_file", str(CONFIG), str(JOB), str(work), "4", str(tmp_path / "two")],
@@ -61,6 +62,14 @@ def test_two_processes_train_like_one(work, tmp_path):
     paths = [p for _, p in two["writes"]]
     assert {r for r, _ in two["writes"]} == {"0"} and len(paths) == len(set(paths)), two["writes"]
     assert {Path(p).name for p in paths} == {"loss_history.json", "sft_done.json", "model"}
+    # stopped after 2 steps (a checkpoint), then asked for 4: it resumes on both processes and ends where `two` ended
+    job2 = [accelerate, "launch", "--config_file", str(CONFIG), str(JOB), str(work), "4", str(tmp_path / "resumed")]
+    half = run(job2 + ["2", "2"], tmp_path / "resumed")
+    assert half["done"]["global_step"] == 2 and (tmp_path / "resumed" / "checkpoints" / "checkpoint-2").is_dir()
+    resumed = run(job2 + ["4", "2"], tmp_path / "resumed")
+    assert resumed["done"]["resumed_from"].endswith("checkpoint-2") and resumed["done"]["global_step"] == 4
+    assert max(abs(a - b) for a, b in zip(resumed["losses"], two["losses"])) < TOL, (resumed["losses"], two["losses"])
+    assert max(float((resumed["weights"][k] - w2[k]).abs().max()) for k in w2) < TOL
 
 
 def test_stage_command_under_accelerate(tmp_path):
