@@ -33,12 +33,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model_dir: Path, threads: int) -> tuple[subprocess.Popen, str]:
-    "The server as a subprocess; returns it and its base URL once /v1/models answers."
-    port = free_port()
+def start_server(model_dir: Path, threads: int = 1, port: int | None = None, model_id: str = MODEL_ID) -> tuple[subprocess.Popen, str]:
+    "The server as a subprocess (on `port`, default a free one); returns it and its base URL once /v1/models answers."
+    port = port or free_port()
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=str(HERE.parent))
     proc = subprocess.Popen([sys.executable, "-m", "coa_lib.serve", "--model", str(model_dir), "--port", str(port),
-                             "--model-id", MODEL_ID, "--quiet"], env=env, stdout=subprocess.PIPE,
+                             "--model-id", model_id, "--quiet"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}/v1"
     oc = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=10)

@@ -13,10 +13,8 @@
 Writes bench/results/teacher_concurrency.json.
 """
 from __future__ import annotations
-import argparse, json, os, platform, signal, socket, subprocess, sys, tempfile, time
+import argparse, json, os, platform, signal, tempfile, time
 from pathlib import Path
-
-import openai
 
 from coa_lib.core import atomic_write_json
 from coa_lib.llm import Backend, BackendError, OpenAIBackend, build_tiny_qwen2
@@ -24,32 +22,11 @@ from coa_lib.mas import MASLimits, run_teacher
 from coa_lib.stages import build_task_splits, student_tokenizer
 from coa_lib.tasks import TaskConfig
 from coa_lib.teacher import scripted_backend
+from serve_load import free_port, start_server   # bench/ is on the path when a bench script runs
 
 HERE = Path(__file__).resolve().parent
 MODEL_ID = "tiny-teacher"
 LIMITS = MASLimits(token_scale=0.25)    # a random model writes to its budget: keep each call short
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(model_dir: Path, port: int) -> subprocess.Popen:
-    "`python -m coa_lib.serve` on `port`, returned once /v1/models answers."
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE.parent))
-    proc = subprocess.Popen([sys.executable, "-m", "coa_lib.serve", "--model", str(model_dir), "--port", str(port),
-                             "--model-id", MODEL_ID, "--quiet"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    oc = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=10)
-    deadline = time.time() + 120
-    while True:
-        try:
-            oc.models.list(); return proc
-        except openai.APIConnectionError:
-            if proc.poll() is not None: raise RuntimeError(f"server exited: {proc.stdout.read()}")
-            if time.time() > deadline: proc.kill(); raise RuntimeError("server did not come up in 120 s")
-            time.sleep(0.3)
 
 
 class LatencyBackend(Backend):
@@ -73,8 +50,8 @@ def timed(tasks, backend, tok, run_dir: Path, name: str, workers: int) -> dict:
 def crash_and_resume(tasks, tok, model_dir: Path, run_dir: Path, workers: int) -> dict:
     "Kill the server after the second shard, restart it on the same port, re-run: what was lost and what was redone."
     port = free_port()
-    server = start_server(model_dir, port)
-    backend = OpenAIBackend(f"http://127.0.0.1:{port}/v1", MODEL_ID, max_retries=2, backoff_s=0.2, timeout=30)
+    server, url = start_server(model_dir, port=port, model_id=MODEL_ID)
+    backend = OpenAIBackend(url, MODEL_ID, max_retries=2, backoff_s=0.2, timeout=30)
     done: list[int] = []
     def kill_after_two(i: int) -> None:
         done.append(i)
@@ -85,7 +62,7 @@ def crash_and_resume(tasks, tok, model_dir: Path, run_dir: Path, workers: int) -
     except BackendError as e: error = f"{type(e).__name__}: {str(e)[:160]}"
     shards = sorted((run_dir / "crash.shards").glob("*.jsonl"))
     rows_on_disk = [json.loads(line) for p in shards for line in p.read_text().splitlines()]
-    server = start_server(model_dir, port)
+    server, _ = start_server(model_dir, port=port, model_id=MODEL_ID)
     redone: list[int] = []
     try: ds = run_teacher(tasks, backend, tok, limits=LIMITS, run_dir=run_dir, name="crash", workers=workers, shard_size=8,
                           progress=False, on_shard=redone.append)
@@ -95,8 +72,7 @@ def crash_and_resume(tasks, tok, model_dir: Path, run_dir: Path, workers: int) -
             "shard_files_after_the_crash": len(shards), "rows_in_them": len(rows_on_disk),
             "shards_redone_after_restart": len(redone), "rows_after_resume": ds.num_rows,
             "all_task_ids_once": sorted(ds["id"]) == sorted(t["id"] for t in tasks),
-            "rows_kept_unchanged": all(r == d for r, d in zip(rows_on_disk, [x for x in ds.to_list()][:len(rows_on_disk)])
-                                       ) if rows_on_disk else None}
+            "rows_kept_unchanged": ds.to_list()[:len(rows_on_disk)] == rows_on_disk if rows_on_disk else None}
 
 
 def main() -> None:
@@ -114,10 +90,9 @@ def main() -> None:
     build_tiny_qwen2(tok, "nano", seed=0).save_pretrained(str(model_dir)); tok.save_pretrained(str(model_dir))
     out = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg_start": os.getloadavg()},
            "tasks": len(tasks), "limits": {"token_scale": LIMITS.token_scale, "max_rounds": LIMITS.max_rounds}}
-    port = free_port()
-    server = start_server(model_dir, port)
+    server, url = start_server(model_dir, model_id=MODEL_ID)
     try:
-        backend = OpenAIBackend(f"http://127.0.0.1:{port}/v1", MODEL_ID, timeout=120)
+        backend = OpenAIBackend(url, MODEL_ID, timeout=120)
         out["coa_lib_serve"] = [timed(tasks, backend, tok, work, f"serve_c{c}", c) for c in a.concurrency]
     finally: server.send_signal(signal.SIGTERM); server.wait(timeout=30)
     for r in out["coa_lib_serve"]: print("coa_lib.serve        ", r)

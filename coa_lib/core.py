@@ -11,10 +11,10 @@ from datasets import Dataset, Features, Value
 # %% auto #0
 __all__ = ['PROFILES', 'TASK_KINDS', 'QA_KINDS', 'SPLITS', 'TASK_COLUMNS', 'TASK_FEATURES', 'REPO_ROOT', 'DATA_DIR',
            'SAMPLES_DIR', 'check_profile', 'resolve_run_dir', 'atomic_write_bytes', 'atomic_write_text',
-           'atomic_write_json', 'read_json', 'atomic_dir', 'save_dataset', 'artifact_path', 'is_built', 'mark_built',
-           'load_or_build', 'stable_hash', 'seed_int', 'rng_for', 'split_of', 'check_split', 'check_kind', 'meta_json',
-           'task_meta', 'to_dataset', 'DataFormatError', 'format_error', 'get_field', 'str_list', 'read_text_file',
-           'read_json_list', 'read_jsonl', 'read_csv_rows', 'agentflow_benchmark_dir']
+           'atomic_write_json', 'read_json', 'atomic_dir', 'save_dataset', 'launched_processes', 'artifact_path',
+           'is_built', 'mark_built', 'load_or_build', 'stable_hash', 'seed_int', 'rng_for', 'split_of', 'check_split',
+           'check_kind', 'meta_json', 'task_meta', 'to_dataset', 'DataFormatError', 'format_error', 'get_field',
+           'str_list', 'read_text_file', 'read_json_list', 'read_jsonl', 'read_csv_rows', 'agentflow_benchmark_dir']
 
 # %% ../nbs/00_core.ipynb #f5f94ae7
 PROFILES = ("smoke", "full")
@@ -93,6 +93,10 @@ def save_dataset(ds, path: str | os.PathLike) -> Path:
 
 
 # %% ../nbs/00_core.ipynb #9c3aec0d
+def launched_processes() -> int:
+    "How many processes a launcher (`accelerate launch`, torchrun) started for this run; 1 without one."
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
 def artifact_path(run_dir: str | os.PathLike, name: str) -> Path:
     "Where the artifact `name` of a run lives."
     return Path(run_dir) / name
@@ -111,8 +115,8 @@ def load_or_build(run_dir: str | os.PathLike, name: str, build: Callable[[Path],
     "Load artifact `name` from `run_dir`, building it first with `build(path)` if it is missing or unfinished."
     path = artifact_path(run_dir, name)
     if not is_built(path):
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # under `accelerate launch`: two processes must not build one artifact
-            raise RuntimeError(f"{path}: missing, and this is one of {os.environ['WORLD_SIZE']} processes; build it in one "
+        if launched_processes() > 1:   # under `accelerate launch`: two processes must not build one artifact
+            raise RuntimeError(f"{path}: missing, and this is one of {launched_processes()} processes; build it in one "
                                "process first (`python -m coa_lib.stages prepare ...`), then launch the processes")
         build(path)
         mark_built(path)

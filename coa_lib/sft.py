@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_sft.ipynb #c1803d97
 from __future__ import annotations
-import math, os, random, time
+import math, random, time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 from datasets import Dataset
 
-from .core import atomic_write_json, check_profile, read_json
+from .core import atomic_write_json, check_profile, launched_processes, read_json
 from .format import observation_char_spans
 
 # %% auto #0
@@ -147,7 +147,7 @@ def probe_precision(model, steps: int = 3, batch: int = 8, seq: int = 512) -> di
 def choose_precision(model, tokenizer, cfg: SFTStageConfig) -> dict:
     "`{'bf16': ...}` as configured, or measured at the training batch shape, once per model and thread count in this process."
     if cfg.bf16 is not None: return {"bf16": bool(cfg.bf16), "how": "configured"}
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:   # processes must agree, and a speed probe per process may not
+    if launched_processes() > 1:   # processes must agree, and a speed probe per process may not
         bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         return {"bf16": bf16, "how": "several processes: no probe; bf16 where the GPU supports it, else fp32"}
     key = (model.config.to_json_string(), torch.get_num_threads())

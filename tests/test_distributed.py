@@ -15,6 +15,7 @@ from coa_lib.tokenizer import build_tokenizer
 REPO = Path(__file__).resolve().parent.parent
 JOB = Path(__file__).resolve().parent / "sft_ddp_job.py"
 CONFIG = REPO / "configs" / "cpu_2proc.yaml"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 TOL = 1e-5     # losses and weights after 4 steps; measured differences are ~5e-7 (float sums in another order)
 
 
@@ -36,8 +37,7 @@ def work(tmp_path_factory) -> Path:
 
 def run(cmd: list[str], out: Path) -> dict:
     "Run one SFT job; its losses, weights and the log of who wrote what."
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     writes = [line.split(" ", 1) for line in Path(f"{out}.writes").read_text().splitlines()]
     return {"losses": [h["loss"] for h in json.loads((out / "loss_history.json").read_text())],
@@ -74,17 +74,16 @@ def test_two_processes_train_like_one(work, tmp_path):
 
 def test_stage_command_under_accelerate(tmp_path):
     "`python -m coa_lib.stages prepare`, then `train-student` under the 2-process launcher; a launcher never builds artifacts."
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     accelerate = str(Path(sys.executable).parent / "accelerate")
     launch = [accelerate, "launch", "--config_file", str(CONFIG), "-m", "coa_lib.stages", "train-student", "--profile", "smoke",
               "--student", "coa", "--max-steps", "2"]
-    empty = subprocess.run(launch + ["--run-dir", str(tmp_path / "empty")], env=env, capture_output=True, text=True, timeout=600)
+    empty = subprocess.run(launch + ["--run-dir", str(tmp_path / "empty")], env=ENV, capture_output=True, text=True, timeout=600)
     assert empty.returncode != 0 and "build it in one process first" in empty.stdout + empty.stderr
     rd = tmp_path / "run"
     prep = subprocess.run([sys.executable, "-m", "coa_lib.stages", "prepare", "--run-dir", str(rd), "--profile", "smoke"],
-                          env=env, capture_output=True, text=True, timeout=600)
+                          env=ENV, capture_output=True, text=True, timeout=600)
     assert prep.returncode == 0, prep.stderr[-3000:]
-    p = subprocess.run(launch + ["--run-dir", str(rd)], env=env, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(launch + ["--run-dir", str(rd)], env=ENV, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     done = json.loads((rd / "sft" / "coa" / "sft_done.json").read_text())
     assert done["processes"] == 2 and done["global_step"] == 2 and done["precision"]["bf16"] is False
