@@ -13,14 +13,16 @@ import torch
 from datasets import Dataset, concatenate_datasets, load_from_disk
 from transformers import PreTrainedTokenizerFast
 
-from .core import (PROFILES, SPLITS, TASK_KINDS, atomic_dir, atomic_write_json, check_profile, load_or_build, read_json, resolve_run_dir,
-                          save_dataset)
+from .core import (PROFILES, SPLITS, TASK_KINDS, atomic_dir, atomic_write_json, check_profile, launched_processes, load_or_build,
+                          read_json, resolve_run_dir, save_dataset)
 from .distill import DISTILLERS, distill, distill_formats
-from .evaluate import evaluate
+from .evaluate import eval_tasks, evaluate
 from .filtering import SFT_SETS, FilterConfig, make_sft_sets
 from .format import COA, DIRECT, REACT, TagSet
 from .llm import OpenAIBackend, build_tiny_qwen2, load_policy
 from .mas import MASLimits, run_teacher
+from .prompts import agent_prompt
+from .rl import RLConfig, pass_rates, plot_pass_rates, select_tasks, train_rl
 from .sft import SFTStageConfig, plot_loss, quote_rows, train_sft
 from .tasks import TaskConfig, make_task_suite
 from .teacher import MistakeKnobs, scripted_backend
@@ -30,7 +32,8 @@ from .tokenizer import build_tokenizer, load_tokenizer, tokenizer_texts, world_p
 __all__ = ['STUDENTS', 'GAME24_PAPER', 'build_task_splits', 'student_tokenizer', 'TeacherConfig', 'run_teacher_stage',
            'teacher_eval', 'distill_all', 'build_sft_sets', 'pretrain_base', 'Student', 'run_in_lanes', 'train_student',
            'student_named', 'train_students', 'evaluate_student', 'evaluate_students', 'eval_records',
-           'held_out_dev_rows', 'sft_report', 'main']
+           'held_out_dev_rows', 'sft_report', 'sft_student', 'rl_selection', 'train_rl_student', 'rl_evaluation',
+           'rl_report', 'main']
 
 # %% ../nbs/14a_stages.ipynb #f8d65725
 def build_task_splits(run_dir, cfg: TaskConfig) -> dict[str, Dataset]:
@@ -287,13 +290,114 @@ def sft_report(run_dir) -> str:
                     f"quote loss on pages of unseen dev worlds {q['random weights']:.2f} → {q['base model']:.2f} nats."]
     return "\n".join(out) + "\n"
 
+# %% ../nbs/14a_stages.ipynb #c960d0f0
+def _rl_dir(run_dir) -> Path: return resolve_run_dir(run_dir) / "rl"
+
+def sft_student(run_dir, profile: str) -> Path:
+    "The run's CoA SFT student, trained first (at `profile`) if the run has none."
+    path = resolve_run_dir(run_dir) / "sft" / "coa"
+    if (path / "sft_done.json").exists(): return path
+    return train_student(run_dir, SFTStageConfig.for_profile(profile), student_named("coa"))
+
+def _selection_key(cfg: RLConfig) -> dict:
+    "The settings the selection depends on (a change of learning rate does not redo it)."
+    return {k: getattr(cfg, k) for k in ("profile", "select_per_kind", "select_k", "select_min_passes", "max_pass_rate", "temperature",
+                                          "max_turns", "max_new_tokens", "max_total_tokens", "seed")}
+
+def rl_selection(run_dir, cfg: RLConfig) -> dict:
+    "AFM's data selection, cached in `run_dir/rl/selection.json`: the SFT student's pass rates on training tasks and the tasks kept."
+    path, key = _rl_dir(run_dir) / "selection.json", _selection_key(cfg)
+    if path.exists() and read_json(path)["key"] == key: return read_json(path)
+    if launched_processes() > 1: raise RuntimeError(f"{path}: missing, and this is one of {launched_processes()} processes; "
+                                                    "run `python -m coa_lib.stages select-rl` in one process first")
+    sft_dir = sft_student(run_dir, cfg.profile)
+    train = build_task_splits(run_dir, TaskConfig.for_profile(cfg.profile))["train"].shuffle(seed=cfg.seed)
+    pool = eval_tasks(train, cfg.select_per_kind)
+    rates = pass_rates(load_policy(sft_dir), pool, cfg.select_k, cfg, COA, seed=cfg.seed)
+    tok, seen, selected = load_tokenizer(sft_dir), set(), []
+    for t in select_tasks(pool, rates, cfg.max_pass_rate, cfg.select_min_passes):
+        p = agent_prompt(t, COA, tok)
+        if p not in seen: seen.add(p); selected.append(t["id"])         # TRL identifies a task by its prompt
+    out = {"key": key, "pool": [t["id"] for t in pool], "rates": rates, "selected": selected}
+    atomic_write_json(path, out)
+    return out
+
+def _tasks_by_id(run_dir, profile: str, split: str, ids: Sequence[str]) -> list[dict]:
+    rows = {t["id"]: t for t in build_task_splits(run_dir, TaskConfig.for_profile(profile))[split]}
+    return [rows[i] for i in ids]
+
+# %% ../nbs/14a_stages.ipynb #f0d530c6
+def train_rl_student(run_dir, cfg: RLConfig) -> Path:
+    "The CoA student after RL, in `run_dir/rl/coa_rl` (trained from `sft/coa` on the selected tasks, resumed or skipped when done)."
+    sel = rl_selection(run_dir, cfg)
+    if not sel["selected"]: raise ValueError(f"RL data selection kept no task of {len(sel['pool'])} (pass rates in {_rl_dir(run_dir)}/selection.json)")
+    tasks = _tasks_by_id(run_dir, cfg.profile, "train", sel["selected"])
+    dev = eval_tasks(build_task_splits(run_dir, TaskConfig.for_profile(cfg.profile))["dev"], cfg.n_dev)
+    return train_rl(sft_student(run_dir, cfg.profile), tasks, dev, _rl_dir(run_dir) / "coa_rl", cfg)
+
+# %% ../nbs/14a_stages.ipynb #b7a3f6d4
+def rl_evaluation(run_dir, cfg: RLConfig) -> dict:
+    "SFT vs SFT+RL on the test split (the SFT stage's harness), and pass rates after RL on the selection pool; `run_dir/rl_results.json`."
+    rd, sft_cfg = resolve_run_dir(run_dir), SFTStageConfig.for_profile(cfg.profile)
+    rl_dir, coa = train_rl_student(rd, cfg), student_named("coa")
+    test_set = eval_tasks(build_task_splits(rd, TaskConfig.for_profile(cfg.profile))["test"], cfg.n_eval)
+    found = evaluate_students([(sft_student(rd, cfg.profile), coa, test_set, "rl_eval/sft_test"), (rl_dir, coa, test_set, "rl_eval/rl_test")], rd, sft_cfg)
+    sel = rl_selection(rd, cfg)
+    pool = _tasks_by_id(rd, cfg.profile, "train", sel["pool"])
+    after = pass_rates(load_policy(rl_dir), pool, cfg.select_k, cfg, COA, seed=cfg.seed + 1)
+    plot_pass_rates(sel["rates"], after, rd / "figures" / "rl_pass_rates.png")
+    out = {"profile": cfg.profile, "config": asdict(cfg), "n_test_tasks": len(test_set),
+           "metrics": {"coa_sft": found["rl_eval/sft_test"], "coa_rl": found["rl_eval/rl_test"]},
+           "selection": {"pool": len(sel["pool"]), "selected": len(sel["selected"])}, "rates_before": sel["rates"], "rates_after": after,
+           "curves": read_json(rl_dir / "rl_curves.json"), "training": read_json(rl_dir / "rl_done.json")}
+    atomic_write_json(rd / "rl_results.json", out)
+    return out
+
+# %% ../nbs/14a_stages.ipynb #80ebefae
+def _ci(m: dict) -> str:
+    lo, hi = m["accuracy_ci95"]
+    return f"{_pct(m['accuracy'])} [{_pct(lo)}, {_pct(hi)}]"
+
+def rl_report(run_dir) -> str:
+    "Markdown of the RL stage's results (SFT vs SFT+RL with 95% CIs, by kind, data selection, curves' end points) from the run's JSON."
+    res = read_json(Path(run_dir) / "rl_results.json")
+    sft, rl = res["metrics"]["coa_sft"], res["metrics"]["coa_rl"]
+    kinds = [k for k in TASK_KINDS if k in sft["by_kind"]]
+    out = [f"#### CoA student: SFT vs SFT + RL (test split, {res['n_test_tasks']} tasks; accuracy in % [95% CI])", "",
+           "| system | accuracy | tokens/task | generated/task | tool calls | turns | invalid % |", "|---|---|---:|---:|---:|---:|---:|"]
+    for name, m in (("CoA SFT", sft), ("CoA SFT + RL", rl)):
+        out.append(f"| {name} | {_ci(m)} | {m['mean_processed_tokens']:,.0f} | {m['mean_generated_tokens']:,.0f} | "
+                   f"{m['mean_tool_calls']:.2f} | {m['mean_turns']:.2f} | {_pct(m['invalid_rate'])} |")
+    out += ["", "| kind | SFT | SFT + RL | RL − SFT (points) | worse beyond SFT's CI |", "|---|---|---|---:|---|"]
+    for k in kinds:
+        a, b = sft["by_kind"][k], rl["by_kind"][k]
+        out.append(f"| {k} | {_ci(a)} | {_ci(b)} | {100 * (b['accuracy'] - a['accuracy']):+.1f} | "
+                   f"{'yes' if b['accuracy'] < a['accuracy_ci95'][0] else 'no'} |")
+    delta = 100 * (rl["accuracy"] - sft["accuracy"])
+    out += ["", f"RL − SFT overall: {delta:+.1f} points (AFM: +10 on AIME25; goal here ≥ +5)."]
+    sel, k = res["selection"], res["rates_before"][0]["k"] if res["rates_before"] else 0
+    hist = lambda rows: [sum(r["passes"] == j for r in rows) for j in range(k + 1)]
+    out += ["", f"#### Data selection and pass rates (training tasks, {k} samples each)", "",
+            f"{sel['selected']} of {sel['pool']} training tasks selected (at least one pass, not all).", "",
+            "| passes out of k | " + " | ".join(map(str, range(k + 1))) + " |", "|---|" + "---:|" * (k + 1),
+            "| SFT | " + " | ".join(map(str, hist(res["rates_before"]))) + " |",
+            "| SFT + RL | " + " | ".join(map(str, hist(res["rates_after"]))) + " |"]
+    tr, curves = res["training"], res["curves"]
+    out += ["", f"#### Training curves ({tr['global_step']} optimizer steps in {tr['wall_s'] / 60:.1f} min; first → last)", "",
+            "| curve | first | last |", "|---|---:|---:|"]
+    for name, pts in curves.items():
+        if pts: out.append(f"| {name} | {pts[0][1]:.3f} | {pts[-1][1]:.3f} |")
+    return "\n".join(out) + "\n"
+
 # %% ../nbs/14a_stages.ipynb #94f3accb
 def _cli() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m coa_lib.stages", description="Run stages of the pipeline into a run dir.")
     sub = ap.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare", help="task splits, tokenizer, teacher traces, distilled and SFT sets (one process)")
     train = sub.add_parser("train-student", help="one student's SFT; runs unchanged under `accelerate launch`")
-    for p in (prep, train):
+    select = sub.add_parser("select-rl", help="RL data selection: the CoA student's pass rates on training tasks (one process)")
+    rl = sub.add_parser("train-rl", help="agentic RL of the CoA student on the selected tasks; runs under `accelerate launch`")
+    for p in (prep, train, select, rl):
         p.add_argument("--run-dir", required=True)
         p.add_argument("--profile", default="smoke", choices=PROFILES)
     prep.add_argument("--teacher-endpoint", default=None, help="OpenAI-compatible base URL; default: the scripted teacher")
@@ -305,10 +409,12 @@ def _cli() -> argparse.ArgumentParser:
     train.add_argument("--batch-size", type=int, default=None, help="rows per process and step")
     train.add_argument("--lr", type=float, default=None)
     train.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="default: measured (one process) or by the GPU")
+    rl.add_argument("--rollout-batches", type=int, default=None)
+    rl.add_argument("--lr", type=float, default=None)
     return ap
 
 def main(argv: Sequence[str] | None = None) -> int:
-    "`python -m coa_lib.stages prepare | train-student ...`"
+    "`python -m coa_lib.stages prepare | train-student | select-rl | train-rl ...`"
     a = _cli().parse_args(argv)
     if a.command == "prepare":
         tcfg = TeacherConfig.for_profile(a.profile)
@@ -317,6 +423,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_teacher_stage(a.run_dir, tcfg); teacher_eval(a.run_dir, tcfg)
         sets = build_sft_sets(a.run_dir, a.profile)
         print({name: ds.num_rows for name, ds in sets.items()})
+        return 0
+    if a.command in ("select-rl", "train-rl"):
+        changes = {k: v for k, v in dict(rollout_batches=getattr(a, "rollout_batches", None), lr=getattr(a, "lr", None)).items() if v is not None}
+        rcfg = replace(RLConfig.for_profile(a.profile), **changes)
+        if a.command == "select-rl":
+            sel = rl_selection(a.run_dir, rcfg)
+            print(f"{len(sel['selected'])} of {len(sel['pool'])} training tasks selected")
+        else:
+            print(train_rl_student(a.run_dir, rcfg))
         return 0
     changes = {k: v for k, v in dict(max_steps=a.max_steps, batch_size=a.batch_size, lr=a.lr, bf16=a.bf16).items() if v is not None}
     cfg = replace(SFTStageConfig.for_profile(a.profile), lanes=1, **changes)
