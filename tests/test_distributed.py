@@ -73,7 +73,7 @@ def test_two_processes_train_like_one(work, tmp_path):
 
 
 def test_stage_command_under_accelerate(tmp_path):
-    "`python -m coa_lib.stages prepare`, then `train-student` under the 2-process launcher; a launcher never builds artifacts."
+    "`prepare`, then `train-student` under the 2-process launcher, then `select-rl` and `train-rl`; a launcher never builds artifacts."
     accelerate = str(Path(sys.executable).parent / "accelerate")
     launch = [accelerate, "launch", "--config_file", str(CONFIG), "-m", "coa_lib.stages", "train-student", "--profile", "smoke",
               "--student", "coa", "--max-steps", "2"]
@@ -88,6 +88,17 @@ def test_stage_command_under_accelerate(tmp_path):
     done = json.loads((rd / "sft" / "coa" / "sft_done.json").read_text())
     assert done["processes"] == 2 and done["global_step"] == 2 and done["precision"]["bf16"] is False
     assert json.loads((rd / "sft" / "base" / "sft_done.json").read_text())["processes"] == 2   # the base trained distributed too
+    # the RL stage the same way: the selection in one process (a launcher refuses to make it), then DAPO on 2 processes
+    rl = [accelerate, "launch", "--config_file", str(CONFIG), "-m", "coa_lib.stages", "train-rl", "--profile", "smoke", "--run-dir", str(rd)]
+    refused = subprocess.run(rl, env=ENV, capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "select-rl` in one process first" in refused.stdout + refused.stderr
+    sel = subprocess.run([sys.executable, "-m", "coa_lib.stages", "select-rl", "--run-dir", str(rd), "--profile", "smoke"],
+                         env=ENV, capture_output=True, text=True, timeout=600)
+    assert sel.returncode == 0, sel.stderr[-3000:]
+    p = subprocess.run(rl, env={**ENV, "TRL_EXPERIMENTAL_SILENCE": "1"}, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    rl_done = json.loads((rd / "rl" / "coa_rl" / "rl_done.json").read_text())
+    assert rl_done["global_step"] == 4 and (rd / "rl" / "coa_rl" / "model.safetensors").exists()
 
 
 def test_launch_configs_load_and_name_known_options():
