@@ -337,18 +337,19 @@ def train_rl_student(run_dir, cfg: RLConfig) -> Path:
 
 # %% ../nbs/14a_stages.ipynb #b7a3f6d4
 def rl_evaluation(run_dir, cfg: RLConfig) -> dict:
-    "SFT vs SFT+RL on the test split (the SFT stage's harness), and pass rates after RL on the selection pool; `run_dir/rl_results.json`."
+    "SFT vs SFT+RL on the test split (the SFT stage's harness), and the selected tasks' pass rates after RL; `run_dir/rl_results.json`."
     rd, sft_cfg = resolve_run_dir(run_dir), SFTStageConfig.for_profile(cfg.profile)
     rl_dir, coa = train_rl_student(rd, cfg), student_named("coa")
     test_set = eval_tasks(build_task_splits(rd, TaskConfig.for_profile(cfg.profile))["test"], cfg.n_eval)
     found = evaluate_students([(sft_student(rd, cfg.profile), coa, test_set, "rl_eval/sft_test"), (rl_dir, coa, test_set, "rl_eval/rl_test")], rd, sft_cfg)
     sel = rl_selection(rd, cfg)
-    pool = _tasks_by_id(rd, cfg.profile, "train", sel["pool"])
-    after = pass_rates(load_policy(rl_dir), pool, cfg.select_k, cfg, COA, seed=cfg.seed + 1)
-    plot_pass_rates(sel["rates"], after, rd / "figures" / "rl_pass_rates.png")
+    before = [r for r in sel["rates"] if r["id"] in set(sel["selected"])]          # the RL data, before and after
+    after = pass_rates(load_policy(rl_dir), _tasks_by_id(rd, cfg.profile, "train", sel["selected"]), cfg.select_k, cfg, COA,
+                       seed=cfg.seed + 1)
+    plot_pass_rates(before, after, rd / "figures" / "rl_pass_rates.png")
     out = {"profile": cfg.profile, "config": asdict(cfg), "n_test_tasks": len(test_set),
            "metrics": {"coa_sft": found["rl_eval/sft_test"], "coa_rl": found["rl_eval/rl_test"]},
-           "selection": {"pool": len(sel["pool"]), "selected": len(sel["selected"])}, "rates_before": sel["rates"], "rates_after": after,
+           "selection": {"pool": len(sel["pool"]), "selected": len(sel["selected"])}, "rates_before": before, "rates_after": after,
            "curves": read_json(rl_dir / "rl_curves.json"), "training": read_json(rl_dir / "rl_done.json")}
     atomic_write_json(rd / "rl_results.json", out)
     return out
@@ -357,6 +358,8 @@ def rl_evaluation(run_dir, cfg: RLConfig) -> dict:
 def _ci(m: dict) -> str:
     lo, hi = m["accuracy_ci95"]
     return f"{_pct(m['accuracy'])} [{_pct(lo)}, {_pct(hi)}]"
+
+def _mean_rate(rows: Sequence[dict]) -> float: return sum(r["rate"] for r in rows) / max(1, len(rows))
 
 def rl_report(run_dir) -> str:
     "Markdown of the RL stage's results (SFT vs SFT+RL with 95% CIs, by kind, data selection, curves' end points) from the run's JSON."
@@ -377,8 +380,9 @@ def rl_report(run_dir) -> str:
     out += ["", f"RL − SFT overall: {delta:+.1f} points (AFM: +10 on AIME25; goal here ≥ +5)."]
     sel, k = res["selection"], res["rates_before"][0]["k"] if res["rates_before"] else 0
     hist = lambda rows: [sum(r["passes"] == j for r in rows) for j in range(k + 1)]
-    out += ["", f"#### Data selection and pass rates (training tasks, {k} samples each)", "",
-            f"{sel['selected']} of {sel['pool']} training tasks selected (at least one pass, not all).", "",
+    out += ["", f"#### Data selection: pass rates of the RL tasks before and after RL ({k} samples each)", "",
+            f"{sel['selected']} of {sel['pool']} training tasks selected (at least one pass of {k}, not all); "
+            f"mean pass rate {_pct(_mean_rate(res['rates_before']))}% → {_pct(_mean_rate(res['rates_after']))}%.", "",
             "| passes out of k | " + " | ".join(map(str, range(k + 1))) + " |", "|---|" + "---:|" * (k + 1),
             "| SFT | " + " | ".join(map(str, hist(res["rates_before"]))) + " |",
             "| SFT + RL | " + " | ".join(map(str, hist(res["rates_after"]))) + " |"]
