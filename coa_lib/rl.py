@@ -15,6 +15,7 @@ from datasets import Dataset
 
 from .core import QA_KINDS, atomic_write_json, check_profile, read_json
 from .episode import Episode
+from .evaluate import is_correct
 from .format import COA, TagSet
 from .prompts import agent_prompt, as_tagset
 from .rewards import score
@@ -55,7 +56,6 @@ class RLConfig:
     max_pass_rate: float = 0.875    # ... and a pass rate at most this (not always solved)
     dev_every: int = 5              # rollout batches between dev evaluations
     n_dev: int = 10                 # dev tasks per kind for the dev curve
-    n_eval: int = 50                # test tasks per kind (the SFT stage's harness and budget)
     save_every: int = 10            # rollout batches between checkpoints
     seed: int = 0
     threads: int | None = None
@@ -66,7 +66,7 @@ class RLConfig:
         if check_profile(profile) == "smoke":
             return cls(profile=profile, group_size=4, groups_per_batch=2, minibatches=2, rollout_batches=2, max_turns=3,
                        max_new_tokens=48, max_total_tokens=768, select_per_kind=1, select_k=4, select_min_passes=0,
-                       dev_every=1, n_dev=1, n_eval=1, save_every=1, max_refill_rounds=1)
+                       dev_every=1, n_dev=1, save_every=1, max_refill_rounds=1)
         return cls(profile=profile, rollout_batches=20, lr=1e-4, select_per_kind=20, n_dev=10, dev_every=4, save_every=4)
 
     @property
@@ -106,8 +106,9 @@ def fill_groups(tasks: list[dict], sample: Callable[[list[dict]], list[list[Epis
     while todo:
         groups = sample(todo); drawn += len(todo); rounds += 1
         for task, eps in zip(todo, groups, strict=True):
-            rewards += [episode_reward(e) for e in eps]
-            if informative([episode_reward(e) for e in eps]): kept.append((task, eps))
+            group = [episode_reward(e) for e in eps]
+            rewards += group
+            if informative(group): kept.append((task, eps))
             else: dropped.append((task, eps)); n_dropped += 1
         need = len(tasks) - len(kept)
         todo = draw(need, {t["id"] for t, _ in kept + dropped}) if need and rounds <= max_rounds else []
@@ -224,7 +225,7 @@ def dev_callback(tasks: list[dict], tokenizer, cfg: RLConfig, fmt: TagSet | str,
                 eps = rollout((model, tokenizer), tasks, toolbox=toolbox, fmt=fmt, max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens,
                               max_total_tokens=cfg.max_total_tokens, reward_fn=reward_fn, progress=False)
             finally: model.train(was)
-            row = {"step": step, "dev_accuracy": sum(e.reward >= 1.0 for e in eps) / len(eps),
+            row = {"step": step, "dev_accuracy": sum(map(is_correct, eps)) / len(eps),   # the evaluation harness's rule
                    "dev_invalid": sum(not e.valid for e in eps) / len(eps)}
             self.history.append(row)
             return row

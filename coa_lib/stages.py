@@ -340,7 +340,7 @@ def rl_evaluation(run_dir, cfg: RLConfig) -> dict:
     "SFT vs SFT+RL on the test split (the SFT stage's harness), and the selected tasks' pass rates after RL; `run_dir/rl_results.json`."
     rd, sft_cfg = resolve_run_dir(run_dir), SFTStageConfig.for_profile(cfg.profile)
     rl_dir, coa = train_rl_student(rd, cfg), student_named("coa")
-    test_set = eval_tasks(build_task_splits(rd, TaskConfig.for_profile(cfg.profile))["test"], cfg.n_eval)
+    test_set = eval_tasks(build_task_splits(rd, TaskConfig.for_profile(cfg.profile))["test"], sft_cfg.n_eval)   # 09's test tasks
     found = evaluate_students([(sft_student(rd, cfg.profile), coa, test_set, "rl_eval/sft_test"), (rl_dir, coa, test_set, "rl_eval/rl_test")], rd, sft_cfg)
     sel = rl_selection(rd, cfg)
     before = [r for r in sel["rates"] if r["id"] in set(sel["selected"])]          # the RL data, before and after
