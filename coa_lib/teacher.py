@@ -18,7 +18,7 @@ from .tokenizer import IM_END, IM_START
 # %% auto #0
 __all__ = ['GAME24_PROGRAM', 'ROLE_POLICIES', 'MistakeKnobs', 'ParsedPrompt', 'read_prompt', 'step_groups', 'unseen_numbers',
            'plan_steps', 'planner_policy', 'search_policy', 'code_policy', 'critic_policy', 'verifier_policy',
-           'answerer_policy', 'ScriptedTeacher', 'scripted_backend']
+           'answerer_policy', 'task_registry', 'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
 
 # %% ../nbs/05a_scripted_teacher.ipynb #8a1f0e65
 @dataclass(frozen=True)
@@ -355,13 +355,22 @@ ROLE_POLICIES: dict[str, Callable] = {Role.PLANNER.value: planner_policy, Role.S
                                       Role.VERIFIER.value: verifier_policy, Role.ANSWERER.value: answerer_policy}
 
 # %% ../nbs/05a_scripted_teacher.ipynb #ec540693
+def task_registry(tasks: Iterable[dict]) -> dict[str, dict]:
+    "Tasks by question (meta parsed into `_meta`; the first task of a question kept): how a scripted policy finds its task in a prompt."
+    registry = {}
+    for t in tasks:
+        t = dict(t); t["_meta"] = task_meta(t)
+        registry.setdefault(t["question"], t)
+    return registry
+
+def prompt_rng(seed: int, prompt: str) -> random.Random:
+    "A random generator fixed by the seed and the prompt: the same prompt draws the same mistakes."
+    return random.Random(int(hashlib.sha1(f"{seed}|{prompt}".encode()).hexdigest()[:16], 16))
+
 class ScriptedTeacher:
     "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure."
     def __init__(self, tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0):
-        self.knobs, self.seed, self.registry = knobs or MistakeKnobs(), seed, {}
-        for t in tasks:
-            t = dict(t); t["_meta"] = task_meta(t)
-            self.registry.setdefault(t["question"], t)
+        self.knobs, self.seed, self.registry = knobs or MistakeKnobs(), seed, task_registry(tasks)
 
     def __call__(self, prompt: str) -> str:
         p = read_prompt(prompt)
@@ -369,8 +378,7 @@ class ScriptedTeacher:
         policy = ROLE_POLICIES.get(p.role)
         if task is None or policy is None:
             return "<think>I do not know this task.</think>\n<report>Not found: unknown task.</report>"
-        rng = random.Random(int(hashlib.sha1(f"{self.seed}|{prompt}".encode()).hexdigest()[:16], 16))
-        return policy(task, p, rng, self.knobs)
+        return policy(task, p, prompt_rng(self.seed, prompt), self.knobs)
 
 # %% ../nbs/05a_scripted_teacher.ipynb #efd5999b
 def scripted_backend(tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0) -> ScriptedBackend:
