@@ -22,9 +22,9 @@ from .tasks import TaskConfig
 from .tokenizer import load_tokenizer
 
 # %% auto #0
-__all__ = ['LABELS', 'agentflow_tasks', 'load_planner', 'planner_warm_start', 'flow_eval', 'agentflow_evaluation',
-           'flow_grpo_pool', 'flow_grpo_planner', 'offline_sft_planner', 'flow_grpo_ablations', 'agentflow_report',
-           'flow_grpo_report']
+__all__ = ['FLOW_RECORD_FIELDS', 'LABELS', 'agentflow_tasks', 'load_planner', 'planner_warm_start', 'flow_eval',
+           'agentflow_evaluation', 'flow_grpo_pool', 'flow_grpo_planner', 'offline_sft_planner', 'flow_grpo_ablations',
+           'agentflow_report', 'flow_grpo_report']
 
 # %% ../nbs/14b_flow_stages.ipynb #d4be68a6
 def _af_dir(run_dir) -> Path: return resolve_run_dir(run_dir) / "agentflow"
@@ -61,16 +61,18 @@ def planner_warm_start(run_dir, cfg: AgentFlowConfig) -> Path:
     return path
 
 # %% ../nbs/14b_flow_stages.ipynb #f8509f42
+FLOW_RECORD_FIELDS = ("id", "kind", "reward", "answer", "turns", "stopped", "tools", "errors", "tokens", "calls", "tool_calls", "wall_s")
+
 def _compact(r) -> dict:
-    return {"id": r.id, "kind": r.kind, "reward": r.reward, "answer": r.answer, "turns": r.turns, "stopped": r.stopped,
-            "tools": [s["tool"] for s in r.memory], "errors": [is_tool_error(s) for s in r.memory], "tokens": r.tokens,
-            "calls": r.calls, "wall_s": r.wall_s}
+    "The per-task record an evaluation keeps: the fields `FLOW_RECORD_FIELDS` (part of the cache key) of a `FlowRecord`."
+    derived = {"tools": [s["tool"] for s in r.memory], "errors": [is_tool_error(s) for s in r.memory]}
+    return {f: derived[f] if f in derived else getattr(r, f) for f in FLOW_RECORD_FIELDS}
 
 def flow_eval(run_dir, name: str, planner, tasks: Sequence[dict], cfg: AgentFlowConfig, max_turns: int | None = None) -> dict:
     "Metrics (and per-task records) of the system with `planner` (a model dir; None: the teacher planner) on `tasks`, cached by name."
     path, max_turns = _af_dir(run_dir) / "eval" / f"{name}.json", max_turns or cfg.max_turns
     stamp = [p for p in (Path(planner) / f for f in ("sft_done.json", "flow_grpo_done.json")) if p.exists()] if planner else []
-    key = stable_hash([name, [t["id"] for t in tasks], max_turns, asdict(cfg.limits()), [read_json(p) for p in stamp]])
+    key = stable_hash([name, [t["id"] for t in tasks], max_turns, asdict(cfg.limits()), [read_json(p) for p in stamp], FLOW_RECORD_FIELDS])
     if path.exists() and read_json(path)["key"] == key: return read_json(path)["metrics"]
     if planner is None: modules = scripted_modules(tasks, tokenizer=student_tokenizer(run_dir, cfg.profile))
     else:
