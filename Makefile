@@ -8,15 +8,21 @@ RUN ?= runs/$(PROFILE)
 ARGS ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: readme reproduce test test-nbs test-py lab export clean-nbs check-sync bench venv sandbox-deps
+.PHONY: readme docs reproduce test test-nbs test-py lab export clean-nbs check-sync bench venv sandbox-deps
 
 # The main job: every numbered notebook in order (papermill), resumable; `make reproduce PROFILE=smoke` is quick.
 reproduce: $(STAMP)
 	$(BIN)/python -m coa_lib.reproduce --profile $(PROFILE) --run-dir $(RUN) $(ARGS)
 
-# The README's results section, regenerated from a finished run dir (default runs/full).
+# The run's report.md (claims, provenance, every stage's results, figures, notebooks as HTML), rewritten from a finished
+# run dir (default runs/full), and the README's results section copied from it.
 readme: $(STAMP)
-	$(BIN)/python -c "from coa_lib.reproduce import update_readme; update_readme('README.md', '$(RUN)')"
+	$(BIN)/python -m coa_lib.report --run-dir $(RUN) --readme README.md
+
+# The tutorial site: every notebook (a stage's executed copy from the run dir, with its outputs), the README and the
+# run's report and figures, built with mkdocs-material + mkdocs-jupyter into site/ and checked (pages, links, figures).
+docs: $(STAMP)
+	$(BIN)/python -m coa_lib.docs --run-dir $(RUN) --out site
 
 # Every notebook at the smoke profile, then the pytest suite.
 test: test-nbs test-py

@@ -4,16 +4,16 @@
 
 # %% ../nbs/14_reproduce.ipynb #adce20e5
 from __future__ import annotations
-import argparse, sys, time, traceback
-from dataclasses import dataclass, asdict, field
+import argparse, sys, time
+from dataclasses import dataclass, asdict
 from pathlib import Path
 
 from .core import PROFILES, atomic_write_json, atomic_write_text, check_profile, read_json, resolve_run_dir, stable_hash
+from .report import build_report
 
 # %% auto #0
-__all__ = ['RUNNER_NOTEBOOK', 'RESULTS_BEGIN', 'RESULTS_END', 'find_repo_root', 'stage_notebooks', 'select_notebooks',
-           'marker_path', 'completed', 'NotebookRun', 'git_commit', 'machine_info', 'StageFailed', 'run_notebook',
-           'format_summary', 'reproduce', 'results_section', 'update_readme', 'main']
+__all__ = ['RUNNER_NOTEBOOK', 'find_repo_root', 'stage_notebooks', 'select_notebooks', 'marker_path', 'completed', 'NotebookRun',
+           'git_commit', 'machine_info', 'StageFailed', 'run_notebook', 'format_summary', 'reproduce', 'main']
 
 # %% ../nbs/14_reproduce.ipynb #99645451
 RUNNER_NOTEBOOK = "14_reproduce.ipynb"
@@ -148,7 +148,7 @@ def format_summary(runs: list[NotebookRun], profile: str, run_dir: Path) -> str:
 def reproduce(profile: str = "full", run_dir: str | Path = "runs/full", start: str | None = None,
               only: list[str] | None = None, force: bool = False, nbs_dir: str | Path | None = None,
               progress: bool = True) -> list[NotebookRun]:
-    "Run the stage notebooks in order into `run_dir`; resumable; raises StageFailed at the first failure."
+    "Run the stage notebooks in order into `run_dir`, then write its `report.md`; resumable; raises StageFailed at the first failure."
     from tqdm.auto import tqdm
     check_profile(profile)
     run_dir = resolve_run_dir(run_dir)
@@ -189,40 +189,9 @@ def reproduce(profile: str = "full", run_dir: str | Path = "runs/full", start: s
         atomic_write_text(run_dir / "summary.md", summary)
         if progress: print(summary)
     if failure is not None: raise failure
+    report = build_report(run_dir)
+    if progress: print(f"report: {report}")
     return runs
-
-# %% ../nbs/14_reproduce.ipynb #7fff4bdd
-RESULTS_BEGIN, RESULTS_END = "<!-- results:begin -->", "<!-- results:end -->"
-
-def results_section(run_dir) -> str:
-    "Markdown: provenance and stage wall times of a run (from `summary.json` and the markers), then its `report/*.md` parts."
-    rd = Path(run_dir)
-    summary = read_json(rd / "summary.json")
-    markers = sorted((rd / ".done").glob("*.json")) if (rd / ".done").exists() else []
-    if not markers: raise FileNotFoundError(f"{rd}: no completed notebooks (.done/*.json); run `make reproduce` first")
-    done = [read_json(m) for m in markers]
-    mach = summary.get("machine", {})
-    commits = sorted({d.get("commit") or "unrecorded" for d in done})
-    lines = [f"Run `{rd.name}` (profile `{summary['profile']}`), finished {max(d['finished'] for d in done)}; "
-             f"commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}; machine: {mach.get('cpu', '?')}, {mach.get('cores', '?')} cores, "
-             f"{mach.get('memory_gib', '?')} GiB, GPU: {mach.get('gpu') or 'none'}, torch {mach.get('torch', '?')}.", "",
-             "| stage | wall time | finished | commit |", "|---|---:|---|---|"]
-    lines += [f"| {d['notebook'].removesuffix('.ipynb')} | {d['seconds'] / 60:.1f} min | {d['finished']} | {d.get('commit') or 'unrecorded'} |" for d in done]
-    lines += [f"| all | {sum(d['seconds'] for d in done) / 60:.1f} min | | |", ""]
-    parts = sorted((rd / "report").glob("*.md")) if (rd / "report").exists() else []
-    return "\n".join(lines) + "\n" + "\n".join(p.read_text() for p in parts)
-
-def update_readme(readme, run_dir) -> str:
-    "Replace the README's results section (between the begin/end markers) with `results_section(run_dir)`; the new text."
-    readme = Path(readme)
-    text = readme.read_text()
-    if text.count(RESULTS_BEGIN) != 1 or text.count(RESULTS_END) != 1 or text.index(RESULTS_BEGIN) > text.index(RESULTS_END):
-        raise ValueError(f"{readme}: needs exactly one {RESULTS_BEGIN} line followed by one {RESULTS_END} line")
-    head, rest = text.split(RESULTS_BEGIN)
-    _, tail = rest.split(RESULTS_END)
-    new = f"{head}{RESULTS_BEGIN}\n{results_section(run_dir)}{RESULTS_END}{tail}"
-    atomic_write_text(readme, new)
-    return new
 
 # %% ../nbs/14_reproduce.ipynb #bfa793f7
 def main(argv: list[str] | None = None) -> int:
