@@ -4,7 +4,7 @@
 
 # %% ../nbs/12_flow_grpo.ipynb #04380719
 from __future__ import annotations
-import random, time
+import json, random, time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -21,7 +21,7 @@ from .tokenizer import load_tokenizer
 
 # %% auto #0
 __all__ = ['FLOW_CURVES', 'FlowGRPOConfig', 'group_advantages', 'flow_grpo_loss', 'TurnSample', 'turn_samples', 'token_logprobs',
-           'length_chunks', 'FlowGRPOTrainer', 'rollout_stats', 'default_modules', 'model_fingerprint',
+           'length_chunks', 'FlowGRPOTrainer', 'rollout_stats', 'default_modules', 'config_json', 'model_fingerprint',
            'train_flow_grpo', 'plot_flow_curves', 'plot_planner_comparison', 'plot_turn_budget', 'plot_tool_usage']
 
 # %% ../nbs/12_flow_grpo.ipynb #0430dc0e
@@ -250,6 +250,10 @@ def default_modules(tasks: Sequence[dict], planner) -> FlowModules:
     "The scripted executor, verifier and generator around `planner` (prompts through the planner's tokenizer)."
     return scripted_modules(tasks, planner=planner, tokenizer=getattr(planner, "tokenizer", None))
 
+def config_json(cfg) -> dict:
+    "A dataclass config as it reads back from a JSON done-file (tuples become lists): the form to compare a stored config with."
+    return json.loads(json.dumps(asdict(cfg)))
+
 def model_fingerprint(path) -> str:
     "Which training made the model at `path`: a hash of its done-file (SFT or Flow-GRPO); any other path stands for itself."
     done = [Path(path) / f for f in ("sft_done.json", "flow_grpo_done.json") if (Path(path) / f).exists()]
@@ -262,7 +266,7 @@ def train_flow_grpo(planner, tasks: Sequence[dict], out_dir, config: FlowGRPOCon
     from transformers import AutoModelForCausalLM
     cfg, out_dir = config or FlowGRPOConfig(), Path(out_dir)
     done, start_from = out_dir / "flow_grpo_done.json", model_fingerprint(planner)
-    if done.exists() and read_json(done).get("config") == asdict(cfg) and read_json(done).get("start") == start_from: return out_dir
+    if done.exists() and read_json(done).get("config") == config_json(cfg) and read_json(done).get("start") == start_from: return out_dir
     ckpt = out_dir / "checkpoint"
     start = ckpt if (ckpt / "trainer_state.pt").exists() else Path(planner)
     model, tok = AutoModelForCausalLM.from_pretrained(str(start)), load_tokenizer(str(start))

@@ -14,7 +14,7 @@ from .scripted_flow import scripted_modules
 from .benchmarks import game24_real
 from .core import atomic_dir, atomic_write_json, read_json, resolve_run_dir, stable_hash
 from .evaluate import eval_tasks
-from .flow_grpo import (FlowGRPOConfig, default_modules, model_fingerprint, plot_planner_comparison, plot_tool_usage,
+from .flow_grpo import (FlowGRPOConfig, config_json, default_modules, model_fingerprint, plot_planner_comparison, plot_tool_usage,
                                plot_turn_budget, train_flow_grpo)
 from .sft import SFTStageConfig, train_sft
 from .stages import build_task_splits, sft_student, student_tokenizer
@@ -47,7 +47,7 @@ def _sft_config(profile: str, steps: int, batch: int, lr: float) -> SFTStageConf
 
 def planner_warm_start(run_dir, cfg: AgentFlowConfig) -> Path:
     "The warm-start planner (`run_dir/agentflow/planner_warm`): the CoA SFT student after SFT on the teacher planner's solved flows."
-    out, key = _af_dir(run_dir) / "planner_warm", asdict(cfg)
+    out, key = _af_dir(run_dir) / "planner_warm", config_json(cfg)
     flows = _af_dir(run_dir) / "teacher_flows.json"
     if (out / "sft_done.json").exists() and flows.exists() and read_json(flows).get("config") == key: return out
     base = sft_student(run_dir, cfg.profile)
@@ -114,7 +114,7 @@ def offline_sft_planner(run_dir, acfg: AgentFlowConfig, gcfg: FlowGRPOConfig) ->
     "Same compute as Flow-GRPO, offline: as many warm-start flows (same queries, same sampling), SFT on the solved flows' planner turns."
     out, info = _af_dir(run_dir) / "planner_offline_sft", _af_dir(run_dir) / "offline_sft_rows.json"
     warm, pool = planner_warm_start(run_dir, acfg), flow_grpo_pool(run_dir, acfg, gcfg)
-    key = {"config": asdict(gcfg), "start": model_fingerprint(warm)}
+    key = {"config": config_json(gcfg), "start": model_fingerprint(warm)}
     if (out / "sft_done.json").exists() and info.exists() and read_json(info).get("key") == key: return out
     order = list(pool); random.Random(gcfg.seed).shuffle(order)                # the order `train_flow_grpo` takes them in
     q = gcfg.queries_per_step
