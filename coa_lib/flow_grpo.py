@@ -4,7 +4,7 @@
 
 # %% ../nbs/12_flow_grpo.ipynb #04380719
 from __future__ import annotations
-import json, random, time
+import json, random, shutil, time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -261,13 +261,16 @@ def model_fingerprint(path) -> str:
 
 def train_flow_grpo(planner, tasks: Sequence[dict], out_dir, config: FlowGRPOConfig | None = None,
                     make_modules: Callable = default_modules, progress: bool = True) -> Path:
-    "Train the planner at `planner` (a model dir) by Flow-GRPO on `tasks`; resumes from `out_dir/checkpoint`, skips when done."
+    "Train the planner at `planner` (a model dir) by Flow-GRPO on `tasks`; resumes its own `out_dir/checkpoint`, skips when done."
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM
     cfg, out_dir = config or FlowGRPOConfig(), Path(out_dir)
     done, start_from = out_dir / "flow_grpo_done.json", model_fingerprint(planner)
     if done.exists() and read_json(done).get("config") == config_json(cfg) and read_json(done).get("start") == start_from: return out_dir
-    ckpt = out_dir / "checkpoint"
+    ckpt, run_key = out_dir / "checkpoint", {"config": config_json(cfg), "start": start_from}
+    if ckpt.exists() and not ((out_dir / "run_key.json").exists() and read_json(out_dir / "run_key.json") == run_key):
+        shutil.rmtree(ckpt)                       # a checkpoint of another config or start point: never resumed
+    atomic_write_json(out_dir / "run_key.json", run_key)
     start = ckpt if (ckpt / "trainer_state.pt").exists() else Path(planner)
     model, tok = AutoModelForCausalLM.from_pretrained(str(start)), load_tokenizer(str(start))
     ref = AutoModelForCausalLM.from_pretrained(str(planner)) if cfg.beta else None
