@@ -11,10 +11,11 @@ from datasets import Dataset, Features, Value
 # %% auto #0
 __all__ = ['PROFILES', 'TASK_KINDS', 'QA_KINDS', 'SPLITS', 'TASK_COLUMNS', 'TASK_FEATURES', 'REPO_ROOT', 'DATA_DIR',
            'SAMPLES_DIR', 'check_profile', 'resolve_run_dir', 'atomic_write_bytes', 'atomic_write_text',
-           'atomic_write_json', 'read_json', 'atomic_dir', 'save_dataset', 'launched_processes', 'artifact_path',
-           'is_built', 'mark_built', 'load_or_build', 'stable_hash', 'seed_int', 'rng_for', 'split_of', 'check_split',
-           'check_kind', 'meta_json', 'task_meta', 'to_dataset', 'DataFormatError', 'format_error', 'get_field',
-           'str_list', 'read_text_file', 'read_json_list', 'read_jsonl', 'read_csv_rows', 'agentflow_benchmark_dir']
+           'atomic_write_json', 'read_json', 'atomic_dir', 'save_dataset', 'launched_processes', 'close_process_group',
+           'artifact_path', 'is_built', 'mark_built', 'load_or_build', 'stable_hash', 'seed_int', 'rng_for', 'split_of',
+           'check_split', 'check_kind', 'meta_json', 'task_meta', 'to_dataset', 'DataFormatError', 'format_error',
+           'get_field', 'str_list', 'read_text_file', 'read_json_list', 'read_jsonl', 'read_csv_rows',
+           'agentflow_benchmark_dir']
 
 # %% ../nbs/00_core.ipynb #f5f94ae7
 PROFILES = ("smoke", "full")
@@ -96,6 +97,11 @@ def save_dataset(ds, path: str | os.PathLike) -> Path:
 def launched_processes() -> int:
     "How many processes a launcher (`accelerate launch`, torchrun) started for this run; 1 without one."
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+def close_process_group() -> None:
+    "End the launcher's process group, if one is up; a launched entry point calls it when it ends well."
+    import torch.distributed as dist   # a gloo group alive at interpreter exit can abort the process (SIGABRT)
+    if dist.is_available() and dist.is_initialized(): dist.destroy_process_group()
 
 def artifact_path(run_dir: str | os.PathLike, name: str) -> Path:
     "Where the artifact `name` of a run lives."

@@ -13,8 +13,8 @@ import torch
 from datasets import Dataset, concatenate_datasets, load_from_disk
 from transformers import PreTrainedTokenizerFast
 
-from .core import (PROFILES, SPLITS, TASK_KINDS, atomic_dir, atomic_write_json, check_profile, launched_processes, load_or_build,
-                          read_json, resolve_run_dir, save_dataset)
+from .core import (PROFILES, SPLITS, TASK_KINDS, atomic_dir, atomic_write_json, check_profile, close_process_group,
+                          launched_processes, load_or_build, read_json, resolve_run_dir, save_dataset)
 from .distill import DISTILLERS, distill, distill_formats
 from .evaluate import eval_tasks, evaluate
 from .filtering import SFT_SETS, FilterConfig, make_sft_sets
@@ -444,4 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # %% ../nbs/14a_stages.ipynb #3b6750a7
 # run as `python -m coa_lib.stages` (a script has __file__; a notebook kernel does not)
-if __name__ == "__main__" and "__file__" in globals(): sys.exit(main())
+if __name__ == "__main__" and "__file__" in globals():
+    code = main()
+    close_process_group()   # after success only: a failed rank must not wait on the others in a teardown
+    sys.exit(code)

@@ -10,6 +10,7 @@ import transformers
 from datasets import Dataset
 
 import coa_lib.sft as sft
+from coa_lib.core import close_process_group
 
 work, batch, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 steps, save_steps = (int(sys.argv[4]) if len(sys.argv) > 4 else 4), (int(sys.argv[5]) if len(sys.argv) > 5 else 1000)
@@ -29,3 +30,4 @@ rows = Dataset.from_list(json.loads((work / "rows.json").read_text()))
 cfg = sft.SFTStageConfig(batch_size=batch, max_steps=steps, lr=1e-3, warmup_steps=0, lr_schedule="constant", logging_steps=1,
                          save_steps=save_steps, group_by_length=False, bf16=False, threads=1, seed=0)
 sft.train_sft(rows, str(work / "init"), out, cfg)
+close_process_group()   # as `python -m coa_lib.stages` does: no gloo thread outlives the interpreter
