@@ -15,7 +15,8 @@ from .flow_grpo import FlowGRPOConfig
 from .flow_stages import flow_grpo_ablations
 from .rl import RLConfig
 from .sft import SFTStageConfig
-from .stages import TeacherConfig, build_task_splits, evaluate_students, rl_evaluation, student_named, teacher_eval, train_students
+from .stages import (RL_EVAL_NAMES, TeacherConfig, build_task_splits, evaluate_students, rl_evaluation, sft_eval_name,
+                            student_named, teacher_eval, train_students)
 from .tasks import TaskConfig
 
 # %% auto #0
@@ -63,7 +64,7 @@ class MASCosts:
 @dataclass(frozen=True)
 class EpisodeCosts:
     "One model's evaluation records (`coa_lib.evaluate`): one context per task, each turn continuing it."
-    artifact: str                 # e.g. "sft_eval/coa_test"
+    artifact: str                 # e.g. `sft_eval_name("coa")`, "sft_eval/coa_test"
     notebook: str
 
     def load(self, run_dir) -> list[TaskCost]:
@@ -102,10 +103,10 @@ class System:
     source: MASCosts | EpisodeCosts | FlowCosts
 
 SYSTEMS = (System("teacher MAS", MASCosts()),
-           System("CoA SFT", EpisodeCosts("sft_eval/coa_test", "09_sft")),
-           System("CoA SFT+RL", EpisodeCosts("rl_eval/rl_test", "10_agentic_rl")),
-           System("ReAct/TIR SFT", EpisodeCosts("sft_eval/react_test", "09_sft")),
-           System("Direct SFT", EpisodeCosts("sft_eval/direct_test", "09_sft")),
+           System("CoA SFT", EpisodeCosts(sft_eval_name("coa"), "09_sft")),
+           System("CoA SFT+RL", EpisodeCosts(RL_EVAL_NAMES["coa_rl"], "10_agentic_rl")),
+           System("ReAct/TIR SFT", EpisodeCosts(sft_eval_name("react"), "09_sft")),
+           System("Direct SFT", EpisodeCosts(sft_eval_name("direct"), "09_sft")),
            System("AgentFlow, warm start", FlowCosts("warm_start", "11_agentflow")),
            System("AgentFlow, Flow-GRPO", FlowCosts("flow_grpo", "12_flow_grpo")))
 AFM_TOKEN_REDUCTION = -0.846      # AFM vs its MAS (OAgents), tokens per task: the paper's headline
@@ -223,11 +224,11 @@ def efficiency_inputs(run_dir, profile: str) -> None:
     rd = resolve_run_dir(run_dir)
     teacher_eval(rd, TeacherConfig.for_profile(profile), progress=False)
     cfg = SFTStageConfig.for_profile(profile)
-    need = [s for s in ("coa", "react", "direct") if not (rd / "sft_eval" / f"{s}_test" / "records").exists()]
+    need = [s for s in ("coa", "react", "direct") if not (rd / sft_eval_name(s) / "records").exists()]
     if need:   # what 09_sft evaluates, on the same test tasks
         test_set = eval_tasks(build_task_splits(rd, TaskConfig.for_profile(profile))["test"], cfg.n_eval)
         dirs = train_students(rd, cfg, [student_named(s) for s in need])
-        evaluate_students([(dirs[s], student_named(s), test_set, f"sft_eval/{s}_test") for s in need], rd, cfg)
+        evaluate_students([(dirs[s], student_named(s), test_set, sft_eval_name(s)) for s in need], rd, cfg)
     if not (rd / "rl_results.json").exists(): rl_evaluation(rd, RLConfig.for_profile(profile))
     if not (rd / "flow_grpo_results.json").exists():
         flow_grpo_ablations(rd, AgentFlowConfig.for_profile(profile), FlowGRPOConfig.for_profile(profile))

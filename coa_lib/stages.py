@@ -29,11 +29,11 @@ from .teacher import MistakeKnobs, scripted_backend
 from .tokenizer import build_tokenizer, load_tokenizer, tokenizer_texts, world_pages
 
 # %% auto #0
-__all__ = ['STUDENTS', 'GAME24_PAPER', 'build_task_splits', 'student_tokenizer', 'TeacherConfig', 'run_teacher_stage',
-           'teacher_eval', 'distill_all', 'build_sft_sets', 'pretrain_base', 'Student', 'run_in_lanes', 'train_student',
-           'student_named', 'train_students', 'evaluate_student', 'evaluate_students', 'eval_records',
-           'held_out_dev_rows', 'sft_report', 'sft_student', 'rl_selection', 'train_rl_student', 'rl_evaluation',
-           'rl_report', 'main']
+__all__ = ['STUDENTS', 'RL_EVAL_NAMES', 'GAME24_PAPER', 'build_task_splits', 'student_tokenizer', 'TeacherConfig',
+           'run_teacher_stage', 'teacher_eval', 'distill_all', 'build_sft_sets', 'pretrain_base', 'Student',
+           'run_in_lanes', 'train_student', 'student_named', 'train_students', 'evaluate_student', 'evaluate_students',
+           'sft_eval_name', 'eval_records', 'held_out_dev_rows', 'sft_report', 'sft_student', 'rl_selection',
+           'train_rl_student', 'rl_evaluation', 'rl_report', 'main']
 
 # %% ../nbs/14a_stages.ipynb #f8d65725
 def build_task_splits(run_dir, cfg: TaskConfig) -> dict[str, Dataset]:
@@ -230,6 +230,12 @@ def evaluate_students(jobs: Sequence[tuple], run_dir, cfg: SFTStageConfig) -> di
                          cfg.lanes, cfg.threads)
     return {job[3]: m for job, m in zip(jobs, found)}
 
+def sft_eval_name(student: str, tasks: str = "test") -> str:
+    "The artifact under which `09_sft` keeps a student's evaluation on `tasks` (`test`, `game24`, `heldout`, `qa_test`)."
+    return f"sft_eval/{student}_{tasks}"
+
+RL_EVAL_NAMES = {"coa_sft": "rl_eval/sft_test", "coa_rl": "rl_eval/rl_test"}   # `10_agentic_rl`: the CoA student before and after RL
+
 def eval_records(run_dir, name: str) -> Dataset:
     "The per-episode records an evaluation saved under `run_dir/name`."
     return load_from_disk(str(Path(run_dir) / name / "records"))
@@ -341,14 +347,15 @@ def rl_evaluation(run_dir, cfg: RLConfig) -> dict:
     rd, sft_cfg = resolve_run_dir(run_dir), SFTStageConfig.for_profile(cfg.profile)
     rl_dir, coa = train_rl_student(rd, cfg), student_named("coa")
     test_set = eval_tasks(build_task_splits(rd, TaskConfig.for_profile(cfg.profile))["test"], sft_cfg.n_eval)   # 09's test tasks
-    found = evaluate_students([(sft_student(rd, cfg.profile), coa, test_set, "rl_eval/sft_test"), (rl_dir, coa, test_set, "rl_eval/rl_test")], rd, sft_cfg)
+    models = {"coa_sft": sft_student(rd, cfg.profile), "coa_rl": rl_dir}
+    found = evaluate_students([(models[k], coa, test_set, RL_EVAL_NAMES[k]) for k in models], rd, sft_cfg)
     sel = rl_selection(rd, cfg)
     before = [r for r in sel["rates"] if r["id"] in set(sel["selected"])]          # the RL data, before and after
     after = pass_rates(load_policy(rl_dir), _tasks_by_id(rd, cfg.profile, "train", sel["selected"]), cfg.select_k, cfg, COA,
                        seed=cfg.seed + 1)
     plot_pass_rates(before, after, rd / "figures" / "rl_pass_rates.png")
     out = {"profile": cfg.profile, "config": asdict(cfg), "n_test_tasks": len(test_set),
-           "metrics": {"coa_sft": found["rl_eval/sft_test"], "coa_rl": found["rl_eval/rl_test"]},
+           "metrics": {k: found[RL_EVAL_NAMES[k]] for k in models},
            "selection": {"pool": len(sel["pool"]), "selected": len(sel["selected"])}, "rates_before": before, "rates_after": after,
            "curves": read_json(rl_dir / "rl_curves.json"), "training": read_json(rl_dir / "rl_done.json")}
     atomic_write_json(rd / "rl_results.json", out)
