@@ -3,6 +3,7 @@
 # %% ../nbs/00_core.ipynb #2c0c8300
 from __future__ import annotations
 import atexit, codecs, csv, glob, hashlib, io, json, os, random, re, shutil, tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
@@ -12,10 +13,10 @@ from datasets import Dataset, Features, Value
 __all__ = ['PROFILES', 'TASK_KINDS', 'QA_KINDS', 'SPLITS', 'TASK_COLUMNS', 'TASK_FEATURES', 'REPO_ROOT', 'DATA_DIR',
            'SAMPLES_DIR', 'check_profile', 'resolve_run_dir', 'atomic_write_bytes', 'atomic_write_text',
            'atomic_write_json', 'read_json', 'atomic_dir', 'save_dataset', 'launched_processes', 'close_process_group',
-           'artifact_path', 'is_built', 'mark_built', 'load_or_build', 'stable_hash', 'seed_int', 'rng_for', 'split_of',
-           'check_split', 'check_kind', 'meta_json', 'task_meta', 'to_dataset', 'DataFormatError', 'format_error',
-           'get_field', 'str_list', 'read_text_file', 'read_json_list', 'read_jsonl', 'read_csv_rows',
-           'agentflow_benchmark_dir']
+           'artifact_path', 'is_built', 'mark_built', 'load_or_build', 'stable_hash', 'config_json', 'seed_int',
+           'rng_for', 'split_of', 'check_split', 'check_kind', 'meta_json', 'task_meta', 'to_dataset',
+           'DataFormatError', 'format_error', 'get_field', 'str_list', 'read_text_file', 'read_json_list', 'read_jsonl',
+           'read_csv_rows', 'agentflow_benchmark_dir']
 
 # %% ../nbs/00_core.ipynb #f5f94ae7
 PROFILES = ("smoke", "full")
@@ -132,6 +133,10 @@ def load_or_build(run_dir: str | os.PathLike, name: str, build: Callable[[Path],
 def stable_hash(obj: Any, n: int = 16) -> str:
     "A short hex digest of a JSON-serialisable object, stable across runs and machines."
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+def config_json(cfg) -> dict:
+    "A dataclass config as it reads back from a JSON done-file (tuples become lists): the form to compare a stored config with."
+    return json.loads(json.dumps(asdict(cfg)))
 
 # %% ../nbs/00_core.ipynb #0805f0c1
 TASK_KINDS = ("multihop", "comparison", "mixed", "math", "game24", "code")

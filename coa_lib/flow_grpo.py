@@ -4,8 +4,8 @@
 
 # %% ../nbs/12_flow_grpo.ipynb #04380719
 from __future__ import annotations
-import json, random, shutil, time
-from dataclasses import asdict, dataclass
+import random, shutil, time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -15,13 +15,13 @@ from fastcore.basics import patch
 
 from .agentflow import CATEGORIES, TOOL_LABELS, FlowLimits, FlowModules, ModelPlanner, flow_metrics, solve
 from .scripted_flow import scripted_modules
-from .core import atomic_dir, atomic_write_json, check_profile, read_json, stable_hash
+from .core import atomic_dir, atomic_write_json, check_profile, config_json, read_json, stable_hash
 from .rollout import pad_id
 from .tokenizer import load_tokenizer
 
 # %% auto #0
 __all__ = ['FLOW_CURVES', 'FlowGRPOConfig', 'group_advantages', 'flow_grpo_loss', 'TurnSample', 'turn_samples', 'token_logprobs',
-           'length_chunks', 'FlowGRPOTrainer', 'rollout_stats', 'default_modules', 'config_json', 'model_fingerprint',
+           'length_chunks', 'FlowGRPOTrainer', 'rollout_stats', 'default_modules', 'model_fingerprint',
            'train_flow_grpo', 'plot_flow_curves', 'plot_planner_comparison', 'plot_turn_budget', 'plot_tool_usage']
 
 # %% ../nbs/12_flow_grpo.ipynb #0430dc0e
@@ -250,10 +250,6 @@ def default_modules(tasks: Sequence[dict], planner) -> FlowModules:
     "The scripted executor, verifier and generator around `planner` (prompts through the planner's tokenizer)."
     return scripted_modules(tasks, planner=planner, tokenizer=getattr(planner, "tokenizer", None))
 
-def config_json(cfg) -> dict:
-    "A dataclass config as it reads back from a JSON done-file (tuples become lists): the form to compare a stored config with."
-    return json.loads(json.dumps(asdict(cfg)))
-
 def model_fingerprint(path) -> str:
     "Which training made the model at `path`: a hash of its done-file (SFT or Flow-GRPO); any other path stands for itself."
     done = [Path(path) / f for f in ("sft_done.json", "flow_grpo_done.json") if (Path(path) / f).exists()]
@@ -266,8 +262,10 @@ def train_flow_grpo(planner, tasks: Sequence[dict], out_dir, config: FlowGRPOCon
     from transformers import AutoModelForCausalLM
     cfg, out_dir = config or FlowGRPOConfig(), Path(out_dir)
     done, start_from = out_dir / "flow_grpo_done.json", model_fingerprint(planner)
-    if done.exists() and read_json(done).get("config") == config_json(cfg) and read_json(done).get("start") == start_from: return out_dir
-    ckpt, run_key = out_dir / "checkpoint", {"config": config_json(cfg), "start": start_from}
+    run_key = {"config": config_json(cfg), "start": start_from}
+    stored = read_json(done) if done.exists() else {}
+    if {k: stored.get(k) for k in run_key} == run_key: return out_dir
+    ckpt = out_dir / "checkpoint"
     if ckpt.exists() and not ((out_dir / "run_key.json").exists() and read_json(out_dir / "run_key.json") == run_key):
         shutil.rmtree(ckpt)                       # a checkpoint of another config or start point: never resumed
     atomic_write_json(out_dir / "run_key.json", run_key)
@@ -288,7 +286,7 @@ def train_flow_grpo(planner, tasks: Sequence[dict], out_dir, config: FlowGRPOCon
     trainer.policy.save_pretrained(str(out_dir)); tok.save_pretrained(str(out_dir))
     atomic_write_json(out_dir / "flow_grpo_curves.json", trainer.history)
     plot_flow_curves(trainer.history, out_dir / "flow_grpo_curves.png")
-    atomic_write_json(done, {"config": asdict(cfg), "start": start_from, "steps": trainer.step, "wall_s": time.perf_counter() - t0,
+    atomic_write_json(done, {**run_key, "steps": trainer.step, "wall_s": time.perf_counter() - t0,
                              "episodes": cfg.steps * q * cfg.group_size})
     return out_dir
 

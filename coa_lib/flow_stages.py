@@ -12,9 +12,9 @@ from typing import Sequence
 from .agentflow import AgentFlowConfig, FlowLimits, ModelPlanner, flow_metrics, is_tool_error, planner_sft_rows, solve
 from .scripted_flow import scripted_modules
 from .benchmarks import game24_real
-from .core import atomic_dir, atomic_write_json, read_json, resolve_run_dir, stable_hash
+from .core import atomic_dir, atomic_write_json, config_json, read_json, resolve_run_dir, stable_hash
 from .evaluate import eval_tasks
-from .flow_grpo import (FlowGRPOConfig, config_json, default_modules, model_fingerprint, plot_planner_comparison, plot_tool_usage,
+from .flow_grpo import (FlowGRPOConfig, default_modules, model_fingerprint, plot_planner_comparison, plot_tool_usage,
                                plot_turn_budget, train_flow_grpo)
 from .sft import SFTStageConfig, train_sft
 from .stages import build_task_splits, sft_student, student_tokenizer

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 import torch
 from datasets import Dataset
 
-from .core import QA_KINDS, atomic_write_json, check_profile, read_json
+from .core import QA_KINDS, atomic_write_json, check_profile, config_json, read_json
 from .episode import Episode
 from .evaluate import is_correct
 from .format import COA, TagSet
@@ -301,7 +301,7 @@ def train_rl(policy, tasks: Sequence[dict], dev_tasks: Sequence[dict], out_dir, 
     from transformers import AutoModelForCausalLM
     cfg, out_dir = config or RLConfig(), Path(out_dir)
     done = out_dir / "rl_done.json"
-    if done.exists() and read_json(done).get("config") == asdict(cfg): return out_dir
+    if done.exists() and read_json(done).get("config") == config_json(cfg): return out_dir
     if isinstance(policy, torch.nn.Module):
         if tokenizer is None: raise ValueError("train_rl(model_object) needs tokenizer=...")
         model = policy
