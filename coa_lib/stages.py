@@ -20,6 +20,7 @@ from .evaluate import eval_tasks, evaluate
 from .filtering import SFT_SETS, FilterConfig, make_sft_sets
 from .format import COA, DIRECT, REACT, TagSet
 from .llm import OpenAIBackend, build_tiny_qwen2, load_policy
+from .pretrained import resolve_base
 from .mas import MASLimits, run_teacher
 from .prompts import agent_prompt
 from .rl import RLConfig, pass_rates, plot_pass_rates, select_tasks, train_rl
@@ -31,9 +32,9 @@ from .tokenizer import build_tokenizer, load_tokenizer, tokenizer_texts, world_p
 # %% auto #0
 __all__ = ['STUDENTS', 'RL_EVAL_NAMES', 'GAME24_PAPER', 'build_task_splits', 'student_tokenizer', 'TeacherConfig',
            'run_teacher_stage', 'teacher_eval', 'distill_all', 'build_sft_sets', 'pretrain_base', 'Student',
-           'run_in_lanes', 'train_student', 'student_named', 'train_students', 'evaluate_student', 'evaluate_students',
-           'sft_eval_name', 'eval_records', 'held_out_dev_rows', 'sft_report', 'sft_student', 'rl_selection',
-           'train_rl_student', 'rl_evaluation', 'rl_report', 'main']
+           'run_in_lanes', 'starting_model', 'rows_for_tokenizer', 'train_student', 'student_named', 'train_students',
+           'evaluate_student', 'evaluate_students', 'sft_eval_name', 'eval_records', 'held_out_dev_rows', 'sft_report',
+           'sft_student', 'rl_selection', 'train_rl_student', 'rl_evaluation', 'rl_report', 'main']
 
 # %% ../nbs/14a_stages.ipynb #f8d65725
 def build_task_splits(run_dir, cfg: TaskConfig) -> dict[str, Dataset]:
@@ -184,11 +185,21 @@ def _module_fn(name: str):
     return getattr(coa_lib.stages, name)
 
 # %% ../nbs/14a_stages.ipynb #8cf0db16
+def starting_model(run_dir, cfg: SFTStageConfig) -> str | None:
+    "Where the students start: the pretrained `cfg.base` (its checkpoint path), else the run's quote base (`base_steps`), else None (fresh)."
+    if cfg.base is not None: return resolve_base(cfg.base)
+    return str(pretrain_base(run_dir, cfg)) if cfg.base_steps else None
+
+def rows_for_tokenizer(rows: Dataset, tokenizer) -> Dataset:
+    "SFT rows whose prompts are rendered by `tokenizer`'s chat template (a pretrained base's own), from each row's question and format."
+    return rows.map(lambda r: {"prompt": agent_prompt(r, r["format"], tokenizer)}, desc="prompts in the base's template")
+
 def train_student(run_dir, cfg: SFTStageConfig, student: Student, base: str | Path | None = None) -> Path:
-    "Train one student into `run_dir/sft/<name>`: from the HF model at `base`, else the run's base model, else a fresh `cfg.size` model."
+    "Train one student into `run_dir/sft/<name>`: from the HF model at `base`, else `starting_model`, else a fresh `cfg.size` model."
     run_dir = resolve_run_dir(run_dir)
     rows = build_sft_sets(run_dir, cfg.profile, progress=False)[student.sft_set]
-    if base is None and cfg.base_steps: base = pretrain_base(run_dir, cfg)
+    if base is None: base = starting_model(run_dir, cfg)
+    if cfg.base is not None: rows = rows_for_tokenizer(rows, load_tokenizer(base))
     tok = student_tokenizer(run_dir, cfg.profile) if base is None else None
     model = build_tiny_qwen2(tok, cfg.size, seed=cfg.seed) if base is None else base
     return train_sft(rows, model, run_dir / "sft" / student.name, cfg, tokenizer=tok)
@@ -206,7 +217,7 @@ def train_students(run_dir, cfg: SFTStageConfig, students: Sequence[Student] = S
     "Train every student on its set (`cfg.lanes` at a time); {name: saved model dir}."
     run_dir = resolve_run_dir(run_dir)
     build_sft_sets(run_dir, cfg.profile, progress=False)    # built once here, not by each lane
-    if base is None and cfg.base_steps: base = pretrain_base(run_dir, cfg)    # likewise the common base model
+    if base is None: base = starting_model(run_dir, cfg)    # likewise the common base model (or the pretrained checkpoint)
     jobs = [(str(run_dir), asdict(cfg), s.name, None if base is None else str(base)) for s in students]
     paths = run_in_lanes(_module_fn("_train_job"), jobs, cfg.lanes, cfg.threads)
     out = {s.name: Path(p) for s, p in zip(students, paths)}
@@ -216,7 +227,7 @@ def train_students(run_dir, cfg: SFTStageConfig, students: Sequence[Student] = S
 # %% ../nbs/14a_stages.ipynb #3c9ec5b7
 def evaluate_student(path, student: Student, tasks: list[dict], run_dir, name: str, cfg: SFTStageConfig) -> tuple[dict, Dataset]:
     "`coa_lib.evaluate.evaluate` of a saved student in its format; (metrics, records), saved under `run_dir/name`."
-    metrics, records = evaluate(load_policy(path), tasks, fmt=student.fmt, run_dir=run_dir, name=name, max_turns=cfg.max_turns,
+    metrics, records = evaluate(load_policy(path, dtype=cfg.eval_dtype), tasks, fmt=student.fmt, run_dir=run_dir, name=name, max_turns=cfg.max_turns,
                                 max_new_tokens=cfg.max_new_tokens, progress=False)
     return metrics, records
 
