@@ -3,13 +3,20 @@
 A rung trains one fresh student (`--size`) on the run's CoA SFT set restricted to some task kinds, in one or more phases
 (a curriculum: `--phase multihop:800000 --phase all:1600000` trains 0.8M tokens on multihop rows, then continues on the
 mixture), and evaluates the live model on dev tasks every `--eval-every` tokens (greedy, real tools, the CoA format;
-`--n-dev` tasks per kind of the phase, ≥ 50 per point). The learning rate is constant after warm-up (`--schedule`), so the points of a
+`--n-dev` tasks per kind of the phase, ≥ 50 per point). `--minutes` caps each phase's training time (evaluation time
+excluded), so rungs of different speeds compare at equal wall-clock cost; every point records its training minutes.
+At the end `--final-n-dev` tasks per kind are evaluated greedily and, with `--avg-k`, sampled k times at
+`--temperature` (avg@k). A rung may start from a pretrained model (`--pretrained smollm2-135m` or any HF path, with
+`--tuning top_layers|lora|full`): the SFT rows are re-rendered in its chat template, its learning rate defaults to
+its kind's (`coa_lib.tuning.default_lr`). `--base-steps N --base-reading 0.5` starts from the stage's base model
+pretrained on quote and reading rows. The learning rate is constant after warm-up (`--schedule`), so the points of a
 curve are comparable. Ablations: `--obs-weight 0.1` (observation tokens trained at 0.1 instead of masked), `--rows N`
 (epochs over N rows instead of one pass over fresh ones). `--continues RUNG` goes on from another rung's final model
 (a fresh optimizer; the tokens it saw carry over into this curve).
 
     python bench/sft_ladder.py --run-dir runs/ladder --label mh_nano --phase multihop:1500000 --size nano
     python bench/sft_ladder.py --label mh_nano_more --continues mh_nano --phase multihop:1500000 --size nano
+    python bench/sft_ladder.py --label mix_smol_top6 --pretrained smollm2-135m --tuning top_layers --phase all:3000000 --minutes 20
     python bench/sft_ladder.py --plot          # every curve of bench/results/ladder/*.json in one figure
 
 Writes bench/results/ladder/<label>.json (the curve, the settings, speed, precision) after every point, so a stopped
@@ -46,21 +53,31 @@ def run_rung(a) -> dict:
     from coa_lib.evaluate import eval_tasks
     from coa_lib.sft import copy_token_losses, SFTStageConfig, train_sft
     from coa_lib.stages import held_out_dev_rows
-    from coa_lib.stages import build_task_splits
+    from coa_lib.stages import build_task_splits, rows_for_tokenizer
     from coa_lib.tasks import TaskConfig
+    from coa_lib.tuning import WallClockBudget
+    from coa_lib.pretrained import resolve_base
+    from coa_lib.tokenizer import load_tokenizer
 
     torch.set_num_threads(a.threads)
     rd = resolve_run_dir(a.run_dir)
     rows = build_sft_sets(rd, a.profile, progress=False)["coa_sft"]
     tok = student_tokenizer(rd, a.profile)
+    if a.pretrained:          # a pretrained model: its own tokenizer, the rows' prompts in its chat template
+        a.base = resolve_base(a.pretrained)
+        tok = load_tokenizer(a.base)
+        rows = rows_for_tokenizer(rows, tok)
     dev_split = build_task_splits(rd, TaskConfig.for_profile(a.profile))["dev"]
     phases = [parse_phase(p) for p in a.phase]
     cfg = replace(SFTStageConfig.for_profile(a.profile), size=a.size, lr=a.lr, batch_size=a.batch, max_len=a.max_len,
+                  base=a.pretrained, tuning=a.tuning, train_layers=a.train_layers, lora_r=a.lora_r, eval_dtype=a.eval_dtype,
+                  base_reading=a.base_reading,
                   warmup_steps=a.warmup, lr_schedule=a.schedule, threads=a.threads, save_steps=10**9,
                   logging_steps=10, obs_weight=a.obs_weight, seed=a.seed, lanes=1,
                   bf16=None if a.bf16 == "auto" else a.bf16 == "on")
     res = {"label": a.label, "size": a.size, "base": a.base, "phases": [{"kinds": list(k), "tokens": t} for k, t in phases],
            "rows_cap": a.rows, "obs_weight": a.obs_weight, "config": asdict(cfg), "n_dev_per_kind": a.n_dev,
+           "learning_rate": cfg.learning_rate, "minutes_cap": a.minutes, "pretrained": a.pretrained,
            "load_avg_before": os.getloadavg()[0], "curve": [], "phases_done": []}
     out_json = OUT / f"{a.label}.json"
     base, offset = None, 0
@@ -74,21 +91,26 @@ def run_rung(a) -> dict:
 
     class DevCurve(TrainerCallback):
         "Dev accuracy of the live model each time another `eval_every` tokens have been seen."
-        def __init__(self, dev: list[dict]): self.dev, self.next = dev, a.eval_every
+        def __init__(self, dev: list[dict], budget): self.dev, self.next, self.budget = dev, a.eval_every, budget
         def on_step_end(self, args, state, control, model=None, **kw):
             seen = offset + int(state.num_input_tokens_seen)
             if seen < self.next: return
             self.next = seen + a.eval_every
-            point(model, seen, state, self.dev)
+            t0 = time.perf_counter()
+            point(model, seen, state, self.dev, minutes_offset + self.budget.elapsed() / 60)
+            self.budget.exclude(time.perf_counter() - t0)          # evaluation is not training time
 
-    def point(model, seen, state, dev):
+    def point(model, seen, state, dev, train_minutes):
         t0 = time.perf_counter(); model.eval()
         try:
-            m, _ = evaluate(load_policy(model, tok), dev, fmt="coa", max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens,
-                            progress=False)
+            policy = load_policy(model, tok, dtype=cfg.eval_dtype) if cfg.eval_dtype is None else None
+            if policy is None:                                      # evaluate a bf16 copy; the trained weights stay fp32
+                import copy
+                policy = load_policy(copy.deepcopy(model), tok, dtype=cfg.eval_dtype)
+            m, _ = evaluate(policy, dev, fmt="coa", max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, progress=False)
         finally: model.train()
         loss = next((h["loss"] for h in reversed(state.log_history) if "loss" in h), None) if state else None
-        p = {"tokens_seen": seen, "loss": loss, "dev_tasks": len(dev), "dev_accuracy": m["accuracy"],
+        p = {"tokens_seen": seen, "train_minutes": train_minutes, "loss": loss, "dev_tasks": len(dev), "dev_accuracy": m["accuracy"],
              "by_kind": {k: v["accuracy"] for k, v in m["by_kind"].items()}, "invalid_rate": m["invalid_rate"],
              "finish": m["finish_reasons"], "eval_s": time.perf_counter() - t0, "wall_s": time.perf_counter() - t_start}
         if held_out: p["token_losses"] = copy_token_losses(model, tok, held_out)
@@ -99,7 +121,7 @@ def run_rung(a) -> dict:
         atomic_write_json(out_json, res)
 
     per_kind = lambda kinds: max(a.n_dev, -(-a.min_dev // len(kinds)))      # at least `min_dev` dev tasks per point
-    t_start = time.perf_counter()
+    t_start, minutes_offset = time.perf_counter(), 0.0
     for i, (kinds, tokens) in enumerate(phases):
         subset = rows.filter(lambda r: r["kind"] in kinds)
         if a.rows: subset = subset.shuffle(seed=a.seed).select(range(min(a.rows, subset.num_rows)))
@@ -108,48 +130,87 @@ def run_rung(a) -> dict:
         if base is None and (a.base or a.base_steps):
             from transformers import AutoModelForCausalLM
             from coa_lib.stages import pretrain_base
-            if a.base_steps:          # the stage's base model at this size (quote pretraining), built once per size and step count
+            if a.base_steps:          # the stage's base model at this size (quote and reading rows), built once per size, steps and mix
+                kind = f"reading{a.base_reading:g}_" if a.base_reading else "quote_"
                 a.base = str(pretrain_base(rd, replace(cfg, base_steps=a.base_steps, base_threads=a.threads),
-                                           rd / "ladder" / f"base_{a.size}_{a.base_steps}"))
+                                           rd / "ladder" / f"base_{kind}{a.size}_{a.base_steps}"))
                 res["base"] = a.base
             base = AutoModelForCausalLM.from_pretrained(a.base)
         model = build_tiny_qwen2(tok, a.size, seed=a.seed) if base is None else base
         out = rd / "ladder" / a.label / f"phase{i}"
         t0 = time.perf_counter()
-        path = train_sft(subset, model, out, pcfg, tokenizer=tok, callbacks=[DevCurve(dev)])
+        budget = WallClockBudget(a.minutes or 1e9)
+        path = train_sft(subset, model, out, pcfg, tokenizer=tok if not isinstance(model, str) else None, callbacks=[DevCurve(dev, budget), budget])
+        minutes_offset += budget.elapsed() / 60
         done = json.loads((path / "sft_done.json").read_text())
         res["phases_done"].append({"kinds": list(kinds), "rows_available": subset.num_rows, "tokens_seen": done["tokens_seen"],
                                    "steps": done["global_step"], "train_wall_s": done["wall_s"],
                                    "tokens_per_s": done["tokens_seen"] / done["wall_s"], "precision": done["precision"],
-                                   "phase_wall_s": time.perf_counter() - t0})
+                                   "phase_wall_s": time.perf_counter() - t0, "train_minutes": budget.elapsed() / 60,
+                                   "stopped_by_minutes": budget.stopped_at_step is not None})
         offset += done["tokens_seen"]
         from transformers import AutoModelForCausalLM
         base = AutoModelForCausalLM.from_pretrained(str(path))
-        if not res["curve"] or res["curve"][-1]["tokens_seen"] < offset: point(base, offset, None, dev)
+        if not res["curve"] or res["curve"][-1]["tokens_seen"] < offset: point(base, offset, None, dev, minutes_offset)
+    if a.final_n_dev:          # the rung's result: every kind, greedy and avg@k, with 95% intervals
+        res["final"] = final_eval(base, tok, cfg, eval_tasks(dev_split, a.final_n_dev), a)
+        atomic_write_json(out_json, res)
     res["wall_s"] = time.perf_counter() - t_start
     res["load_avg_after"] = os.getloadavg()[0]
     atomic_write_json(out_json, res)
     return res
 
 
+def final_eval(model, tok, cfg, dev: list[dict], a) -> dict:
+    "Greedy accuracy and avg@k (sampled at `a.temperature`) of the final model on `dev`, overall and by kind, with 95% CIs."
+    from coa_lib.evaluate import evaluate
+    from coa_lib.llm import load_policy
+    policy = load_policy(model, tok, dtype=cfg.eval_dtype)
+    out = {}
+    t0 = time.perf_counter()
+    g, _ = evaluate(policy, dev, fmt="coa", max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, progress=False)
+    out["greedy"] = {k: g[k] for k in ("n_tasks", "accuracy", "accuracy_ci95", "by_kind", "invalid_rate", "finish_reasons",
+                                        "mean_processed_tokens", "mean_tool_calls")}
+    out["greedy"]["eval_s"] = time.perf_counter() - t0
+    print(f"[{a.label}] final greedy on {len(dev)} dev tasks: {g['accuracy']:.3f} {g['accuracy_ci95']} "
+          + " ".join(f"{k[:5]} {v['accuracy']:.2f}" for k, v in g["by_kind"].items()), flush=True)
+    if a.avg_k:
+        t0 = time.perf_counter()
+        s, _ = evaluate(policy, dev, fmt="coa", n=a.avg_k, k=(1,), temperature=a.temperature, seed=a.seed,
+                        max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, progress=False)
+        out[f"avg@{a.avg_k}"] = {"temperature": a.temperature, "accuracy": s["avg@1"], "accuracy_ci95": s["accuracy_ci95"],
+                                 f"pass@1": s["pass@1"], "by_kind": {k: v["accuracy"] for k, v in s["by_kind"].items()},
+                                 "invalid_rate": s["invalid_rate"], "eval_s": time.perf_counter() - t0}
+        print(f"[{a.label}] avg@{a.avg_k} (T={a.temperature}): {s['avg@1']:.3f}", flush=True)
+    return out
+
+
 def plot(paths: list[Path], out: Path) -> None:
-    "Dev accuracy and the held-out copy loss against tokens seen, one line per rung (the legend names the recipe)."
+    "Dev accuracy against training minutes on this machine and against tokens seen, and the held-out copy loss; one line per rung."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, (tx, ax, bx) = plt.subplots(1, 3, figsize=(18, 5))
     for p in paths:
         r = json.loads(p.read_text())
         if not r["curve"]: continue
+        label = f"{r['label']} ({r.get('pretrained') or r['size']})"
         xs = [c["tokens_seen"] / 1e6 for c in r["curve"]]
-        line, = ax.plot(xs, [c["dev_accuracy"] for c in r["curve"]], marker="o", markersize=3, label=f"{r['label']} ({r['size']})")
+        line, = ax.plot(xs, [c["dev_accuracy"] for c in r["curve"]], marker="o", markersize=3, label=label)
+        timed = [(c["train_minutes"], c["dev_accuracy"]) for c in r["curve"] if c.get("train_minutes") is not None]
+        if timed: tx.plot(*zip(*timed), marker="o", markersize=3, color=line.get_color(), label=label)
+        fin = (r.get("final") or {}).get("greedy")
+        if fin and timed: tx.errorbar([timed[-1][0]], [fin["accuracy"]], yerr=[[fin["accuracy"] - fin["accuracy_ci95"][0]], [fin["accuracy_ci95"][1] - fin["accuracy"]]],
+                                      fmt="s", color=line.get_color(), capsize=3)
         pts = [(x, c["token_losses"]["copied_rest"]) for x, c in zip(xs, r["curve"]) if "copied_rest" in c.get("token_losses", {})]
         if pts: bx.plot(*zip(*pts), marker="o", markersize=3, color=line.get_color())
+    tx.set(xlabel="training minutes on this machine (2 cores; evaluation excluded)", ylabel="dev accuracy",
+           title="Ladder by wall clock (squares: final eval, 50/kind, 95% CI)", ylim=(-0.02, 1.02))
     ax.set(xlabel="tokens seen (millions; prompt and observations included)", ylabel="dev accuracy",
            title="Learnability ladder (dev split, greedy, real tools)", ylim=(-0.02, 1.02))
     bx.set(xlabel="tokens seen (millions)", ylabel="nats per token", ylim=(0, None),
            title="Loss on copied tokens of held-out dev trajectories (after a span's first)")
-    for x in (ax, bx): x.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    for x in (tx, ax, bx): x.grid(alpha=0.3)
+    ax.legend(fontsize=6, ncol=2); tx.legend(fontsize=6)
     fig.tight_layout(); fig.savefig(out, dpi=110); plt.close(fig)
     print(f"wrote {out}")
 
@@ -161,7 +222,7 @@ def main():
     ap.add_argument("--label", help="the rung's name (its JSON file)")
     ap.add_argument("--phase", action="append", default=[], help="KINDS:TOKENS, repeatable (a curriculum); KINDS = all | k1,k2")
     ap.add_argument("--size", default="nano")
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr", type=float, default=None, help="default: the base kind's (coa_lib.tuning.default_lr)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--max-len", type=int, default=2048)
     ap.add_argument("--warmup", type=int, default=20)
@@ -178,6 +239,16 @@ def main():
     ap.add_argument("--base", default=None, help="start from this saved model (e.g. a pretrained one) instead of a fresh --size model")
     ap.add_argument("--base-steps", type=int, default=0, help="start from the stage's base model (coa_lib.stages.pretrain_base) with these quote steps")
     ap.add_argument("--continues", default=None, help="go on training this rung's final model (its tokens seen carry over)")
+    ap.add_argument("--minutes", type=float, default=None, help="cap each phase's training at this many minutes (evaluation excluded)")
+    ap.add_argument("--pretrained", default=None, help="start from a pretrained model: a coa_lib.pretrained.WHEEL_MODELS name or an HF path")
+    ap.add_argument("--tuning", default="full", choices=["full", "top_layers", "lora"])
+    ap.add_argument("--train-layers", type=int, default=6)
+    ap.add_argument("--lora-r", type=int, default=16)
+    ap.add_argument("--eval-dtype", default=None, help="e.g. bfloat16: evaluate a bf16 copy (a big model twice as fast)")
+    ap.add_argument("--base-reading", type=float, default=0.0, help="with --base-steps: share of reading rows in the base's pretraining")
+    ap.add_argument("--final-n-dev", type=int, default=50, help="dev tasks per kind (all six kinds) in the final evaluation; 0: none")
+    ap.add_argument("--avg-k", type=int, default=4, help="samples per task for the final avg@k (0: greedy only)")
+    ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--plot", action="store_true", help="only plot the saved curves")
     a = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)

@@ -101,6 +101,7 @@ class SFTStageConfig:
     base_batch: int = 16
     base_lr: float = 1e-3
     base_worlds: int = 300          # training worlds whose pages the base quotes from
+    base_reading: float = 0.0       # share of the base's rows that are reading rows (coa_lib.reading); 0: the quote base
     base_threads: int | None = None # torch threads of the base pretraining (one model, before the lanes start; None: every core)
     n_eval: int = 8                 # evaluation tasks per kind (test split) for each student
     max_turns: int = 8
@@ -399,12 +400,16 @@ def ladder_summary(results_dir) -> "pd.DataFrame":
         best = max(curve, key=lambda c: (c["dev_accuracy"], -c["tokens_seen"]))
         last = curve[-1]
         losses = last.get("token_losses") or {}
-        rows.append({"rung": r["label"], "size": r["size"], "base": f"after {r['continues']}" if r.get("continues") else Path(r["base"]).name if r.get("base") else "none",
+        final = r.get("final") or {}
+        avg = next((v for k, v in final.items() if k.startswith("avg@")), None)
+        rows.append({"rung": r["label"], "size": r.get("pretrained") or r["size"], "base": f"after {r['continues']}" if r.get("continues") else Path(r["base"]).name if r.get("base") else "none",
                      "phases": " → ".join(f"{'all' if len(ph['kinds']) > 1 else ph['kinds'][0]} {ph['tokens'] / 1e6:g}M" for ph in r["phases"]),
-                     "lr": r["config"]["lr"], "batch": r["config"]["batch_size"], "obs_weight": r.get("obs_weight", 0.0),
+                     "lr": r.get("learning_rate", r["config"]["lr"]), "batch": r["config"]["batch_size"], "obs_weight": r.get("obs_weight", 0.0),
                      "rows_cap": r.get("rows_cap") or None, "tokens_seen_M": round(last["tokens_seen"] / 1e6, 2),
+                     "train_minutes": round(last["train_minutes"], 1) if last.get("train_minutes") is not None else None,
                      "dev_tasks": last["dev_tasks"], "best_dev_accuracy": best["dev_accuracy"], "at_tokens_M": round(best["tokens_seen"] / 1e6, 2),
                      "last_dev_accuracy": last["dev_accuracy"], "last_invalid": last["invalid_rate"],
+                     "final_dev_greedy": final["greedy"]["accuracy"] if final else None, "final_dev_avg@k": avg["accuracy"] if avg else None,
                      "copy_loss_rest": round(losses["copied_rest"], 2) if "copied_rest" in losses else None,
                      "other_loss": round(losses["other"], 2) if "other" in losses else None})
     return pd.DataFrame(rows).set_index("rung") if rows else pd.DataFrame()

@@ -4,7 +4,7 @@
 
 # %% ../nbs/14a_stages.ipynb #f82e7664
 from __future__ import annotations
-import argparse, os, shutil, sys
+import argparse, os, random, shutil, sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
@@ -23,6 +23,7 @@ from .llm import OpenAIBackend, build_tiny_qwen2, load_policy
 from .pretrained import resolve_base
 from .mas import MASLimits, run_teacher
 from .prompts import agent_prompt
+from .reading import reading_rows, task_worlds
 from .rl import RLConfig, pass_rates, plot_pass_rates, select_tasks, train_rl
 from .sft import SFTStageConfig, plot_loss, quote_rows, train_sft
 from .tasks import TaskConfig, make_task_suite
@@ -31,10 +32,11 @@ from .tokenizer import build_tokenizer, load_tokenizer, tokenizer_texts, world_p
 
 # %% auto #0
 __all__ = ['STUDENTS', 'RL_EVAL_NAMES', 'GAME24_PAPER', 'build_task_splits', 'student_tokenizer', 'TeacherConfig',
-           'run_teacher_stage', 'teacher_eval', 'distill_all', 'build_sft_sets', 'pretrain_base', 'Student',
-           'run_in_lanes', 'starting_model', 'rows_for_tokenizer', 'train_student', 'student_named', 'train_students',
-           'evaluate_student', 'evaluate_students', 'sft_eval_name', 'eval_records', 'held_out_dev_rows', 'sft_report',
-           'sft_student', 'rl_selection', 'train_rl_student', 'rl_evaluation', 'rl_report', 'main']
+           'run_teacher_stage', 'teacher_eval', 'distill_all', 'build_sft_sets', 'base_rows', 'pretrain_base',
+           'Student', 'run_in_lanes', 'starting_model', 'rows_for_tokenizer', 'train_student', 'student_named',
+           'train_students', 'evaluate_student', 'evaluate_students', 'sft_eval_name', 'eval_records',
+           'held_out_dev_rows', 'sft_report', 'sft_student', 'rl_selection', 'train_rl_student', 'rl_evaluation',
+           'rl_report', 'main']
 
 # %% ../nbs/14a_stages.ipynb #f8d65725
 def build_task_splits(run_dir, cfg: TaskConfig) -> dict[str, Dataset]:
@@ -132,12 +134,20 @@ def build_sft_sets(run_dir, profile: str = "smoke", config: FilterConfig | None 
     return out
 
 # %% ../nbs/14a_stages.ipynb #4448bc73
+def base_rows(train: Dataset, n: int, reading: float, max_worlds: int, seed: int) -> list[dict]:
+    "`n` base-pretraining rows from the training worlds: quote rows and a share `reading` of reading rows, shuffled."
+    k = round(n * reading)
+    rows = quote_rows(world_pages(train, max_worlds=max_worlds), n - k, seed)
+    rows += [{"prompt": r["prompt"], "completion": r["completion"]} for r in reading_rows(task_worlds(train, max_worlds), k, seed)]
+    random.Random(seed).shuffle(rows)
+    return rows
+
 def pretrain_base(run_dir, cfg: SFTStageConfig, out_dir=None) -> Path:
-    "The students' common base (`out_dir`, default `run_dir/sft/base`): a fresh `cfg.size` model pretrained to quote on the training worlds' pages."
+    "The students' common base (`out_dir`, default `run_dir/sft/base`): a fresh `cfg.size` model pretrained to quote (and read) the training worlds' pages."
     run_dir = resolve_run_dir(run_dir)
     tok = student_tokenizer(run_dir, cfg.profile)
     train = build_task_splits(run_dir, TaskConfig.for_profile(cfg.profile))["train"]
-    rows = quote_rows(world_pages(train, max_worlds=cfg.base_worlds), cfg.base_steps * cfg.base_batch, cfg.seed)
+    rows = base_rows(train, cfg.base_steps * cfg.base_batch, cfg.base_reading, cfg.base_worlds, cfg.seed)
     base_cfg = replace(cfg, batch_size=cfg.base_batch, lr=cfg.base_lr, max_steps=cfg.base_steps, max_len=512, obs_weight=0.0,
                        lr_schedule="constant_with_warmup", warmup_steps=min(50, cfg.base_steps // 10), threads=cfg.base_threads or os.cpu_count())
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "sft" / "base"

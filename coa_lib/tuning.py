@@ -81,13 +81,19 @@ def default_lr(pretrained: bool, tuning: Tuning | str = Tuning.FULL) -> float:
 
 # %% ../nbs/09a_tuning.ipynb #f8073286
 class WallClockBudget(TrainerCallback):
-    "Stops a `Trainer` once `minutes` of training have passed (checked after every optimizer step)."
+    "Stops a `Trainer` once `minutes` of training have passed (checked after every optimizer step); time given to `exclude` does not count."
     def __init__(self, minutes: float):
         if minutes <= 0: raise ValueError(f"a wall-clock budget must be positive, got {minutes} minutes")
-        self.seconds, self.start, self.stopped_at_step = minutes * 60.0, None, None
+        self.seconds, self.start, self.excluded, self.stopped_at_step = minutes * 60.0, None, 0.0, None
+    def exclude(self, seconds: float) -> None:
+        "Leave `seconds` (an evaluation inside training, say) out of the budget."
+        self.excluded += seconds
+    def elapsed(self) -> float:
+        "Seconds of training so far (excluded time left out)."
+        return 0.0 if self.start is None else time.perf_counter() - self.start - self.excluded
     def on_train_begin(self, args, state, control, **kw): self.start = time.perf_counter()
     def on_step_end(self, args, state, control, **kw):
-        if self.start is not None and time.perf_counter() - self.start >= self.seconds:
+        if self.start is not None and self.elapsed() >= self.seconds:
             control.should_training_stop = control.should_save = True
             self.stopped_at_step = state.global_step
         return control
