@@ -19,7 +19,8 @@ from .rollout import rollout
 
 # %% auto #0
 __all__ = ['wilson_interval', 'pass_at_k', 'is_correct', 'summarize', 'records_dataset', 'evaluate', 'env_mask_segments',
-           'show_env_mask', 'eval_tasks', 'teacher_metrics', 'results_table', 'plot_results']
+           'show_env_mask', 'eval_tasks', 'teacher_metrics', 'results_table', 'plot_results', 'sign_test_p',
+           'paired_difference', 'per_task_correct', 'paired_records']
 
 # %% ../nbs/08c_evaluate.ipynb #ab089e50
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -191,3 +192,36 @@ def plot_results(metrics: dict[str, dict], path) -> Path:
     ax2.legend(fontsize=7)
     fig.tight_layout(); path = Path(path); path.parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=100); plt.close(fig)
     return path
+
+# %% ../nbs/08c_evaluate.ipynb #730d17b0
+def sign_test_p(wins: int, losses: int) -> float:
+    "Exact two-sided sign test (binomial, p = 1/2) on the pairs that differ."
+    n, k = wins + losses, min(wins, losses)
+    if n == 0: return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+
+def paired_difference(a: Sequence[float], b: Sequence[float], z: float = 1.96) -> dict:
+    "Mean per-item difference a − b over the same items, its 95% interval, the sign it decides (0: inside the noise), and a sign test."
+    if len(a) != len(b): raise ValueError(f"paired samples must have the same length ({len(a)} vs {len(b)})")
+    if not a: raise ValueError("no paired items")
+    d = [float(x) - float(y) for x, y in zip(a, b)]
+    n, mean = len(d), sum(d) / len(d)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1)) if n > 1 else float("inf")
+    half = z * sd / math.sqrt(n)
+    lo, hi = mean - half, mean + half
+    wins, losses = sum(x > 0 for x in d), sum(x < 0 for x in d)
+    return {"n": n, "mean_a": sum(map(float, a)) / n, "mean_b": sum(map(float, b)) / n, "diff": mean, "ci95": [lo, hi],
+            "sign": 1 if lo > 0 else -1 if hi < 0 else 0, "wins": wins, "losses": losses, "sign_test_p": sign_test_p(wins, losses)}
+
+def per_task_correct(records) -> dict[str, float]:
+    "Share of correct episodes per task id, from evaluation records (rows with `task_id` and `correct`)."
+    hits: dict[str, list[bool]] = defaultdict(list)
+    for r in records: hits[str(r["task_id"])].append(bool(r["correct"]))
+    return {t: sum(v) / len(v) for t, v in hits.items()}
+
+def paired_records(records_a, records_b) -> dict:
+    "`paired_difference` of two evaluations on the tasks both cover (per-task accuracy, mean over samples)."
+    a, b = per_task_correct(records_a), per_task_correct(records_b)
+    shared = sorted(set(a) & set(b))
+    if not shared: raise ValueError("the two evaluations share no task")
+    return paired_difference([a[t] for t in shared], [b[t] for t in shared])

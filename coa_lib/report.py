@@ -12,11 +12,11 @@ from typing import Callable, Sequence
 from .core import atomic_write_text, read_json
 
 # %% auto #0
-__all__ = ['CLAIMS', 'VERSIONED', 'RESULTS_BEGIN', 'RESULTS_END', 'Claim', 'verdict', 'afm_token_claim', 'afm_tool_claim',
-           'afm_accuracy_claim', 'afm_rl_claim', 'afm_format_claim', 'afm_filter_claim', 'af_flow_grpo_claim',
-           'af_offline_claim', 'af_budget_claim', 'af_tools_claim', 'af_game24_claim', 'collect_claims', 'claims_table',
-           'package_versions', 'stage_markers', 'run_seeds', 'provenance', 'notebooks_html', 'run_figures',
-           'build_report', 'readme_results', 'update_readme', 'main']
+__all__ = ['SEEDS_FILE', 'CLAIMS', 'VERSIONED', 'RESULTS_BEGIN', 'RESULTS_END', 'Claim', 'verdict', 'afm_token_claim',
+           'afm_tool_claim', 'afm_accuracy_claim', 'afm_rl_claim', 'student_comparison', 'afm_format_claim',
+           'afm_filter_claim', 'af_flow_grpo_claim', 'af_offline_claim', 'af_budget_claim', 'af_tools_claim',
+           'af_game24_claim', 'collect_claims', 'claims_table', 'package_versions', 'stage_markers', 'run_seeds',
+           'provenance', 'notebooks_html', 'run_figures', 'build_report', 'readme_results', 'update_readme', 'main']
 
 # %% ../nbs/14c_report.ipynb #da1de360
 @dataclass(frozen=True)
@@ -30,9 +30,11 @@ class Claim:
     holds: bool | None        # None: not comparable here (the note says why)
     source: str               # the run-dir file our number comes from
     note: str = ""
+    undecided: bool = False   # measured, but the sign of the difference is inside the noise (holds is None)
 
-def verdict(holds: bool | None) -> str:
-    "yes / no / n/a."
+def verdict(holds: bool | None, undecided: bool = False) -> str:
+    "yes / no / undecided (measured, inside the noise) / n/a (not comparable here)."
+    if undecided: return "undecided"
     return "n/a" if holds is None else ("yes" if holds else "no")
 
 def _pct(x: float) -> str: return f"{100 * x:.1f}"
@@ -64,17 +66,39 @@ def afm_rl_claim(rd: Path) -> Claim:
     return Claim("AFM", "agentic RL improves the SFT model", "+10 points (AIME25)", f"{_pts(d)} ({_pct(m['coa_sft']['accuracy'])} → "
                  f"{_pct(m['coa_rl']['accuracy'])}%, test)", "RL − SFT > 0", d > 0, "rl_results.json")
 
+SEEDS_FILE = "student_seeds.json"   # written by bench/student_seeds.py: the students at several seeds, paired comparisons
+
+def student_comparison(rd: Path, a: str, b: str) -> tuple[dict, str, str]:
+    "(paired comparison of SFT students `a` − `b` on the same test tasks, what it averages over, its source): over seeds when the run has `student_seeds.json`, else over one run's test records."
+    if (rd / SEEDS_FILE).exists():
+        s = read_json(rd / SEEDS_FILE); st = s["students"]
+        over = f"mean of {len(s['seeds'])} seeds: {a} {_pct(st[a]['mean'])} ± {_pct(st[a]['sd'])}, {b} {_pct(st[b]['mean'])} ± {_pct(st[b]['sd'])}%"
+        return s["comparisons"][f"{a}-{b}"], over, SEEDS_FILE
+    from datasets import load_from_disk
+    from coa_lib.evaluate import paired_records
+    from coa_lib.stages import sft_eval_name
+    paths = [rd / sft_eval_name(s) / "records" for s in (a, b)]
+    for path in paths:
+        if not path.exists(): raise FileNotFoundError(2, "no evaluation records", str(path))   # errno 2: ENOENT
+    c = paired_records(*(load_from_disk(str(path)) for path in paths))
+    return c, f"one run, one seed: {a} {_pct(c['mean_a'])}%, {b} {_pct(c['mean_b'])}%", f"{sft_eval_name(a)} + {sft_eval_name(b)}"
+
+def _paired(c: dict) -> str:
+    lo, hi = c["ci95"]
+    return f"{_pts(c['diff'])} [{100 * lo:+.1f}, {100 * hi:+.1f}] paired over {c['n']} test tasks (sign test p = {c['sign_test_p']:.2g})"
+
+def _student_claim(rd: Path, a: str, b: str, claim: str, paper_value: str, test: str) -> Claim:
+    c, over, source = student_comparison(rd, a, b)
+    return Claim("AFM", claim, paper_value, f"{_paired(c)}; {over}", test, {1: True, -1: False}.get(c["sign"]), source,
+                 undecided=c["sign"] == 0)
+
 def afm_format_claim(rd: Path) -> Claim:
-    m = read_json(rd / "sft_results.json")["metrics"]; d = m["coa"]["accuracy"] - m["react"]["accuracy"]
-    return Claim("AFM", "chain-of-agents training beats ReAct/TIR-style training", "above TIR baselines (AIME25 59.8 avg@16)",
-                 f"{_pts(d)} (CoA {_pct(m['coa']['accuracy'])}%, ReAct {_pct(m['react']['accuracy'])}%; equal token budgets)",
-                 "CoA − ReAct > 0", d > 0, "sft_results.json")
+    return _student_claim(rd, "coa", "react", "chain-of-agents training beats ReAct/TIR-style training",
+                          "above TIR baselines (AIME25 59.8 avg@16)", "CoA − ReAct > 0, 95% interval above 0 (equal token budgets)")
 
 def afm_filter_claim(rd: Path) -> Claim:
-    m = read_json(rd / "sft_results.json")["metrics"]; d = m["coa"]["accuracy"] - m["coa_unfiltered"]["accuracy"]
-    return Claim("AFM", "progressive quality filtering of the distilled trajectories helps", "part of the recipe (no ablation number)",
-                 f"{_pts(d)} (filtered {_pct(m['coa']['accuracy'])}%, unfiltered {_pct(m['coa_unfiltered']['accuracy'])}%)",
-                 "filtered − unfiltered ≥ 0", d >= 0, "sft_results.json")
+    return _student_claim(rd, "coa", "coa_unfiltered", "progressive quality filtering of the distilled trajectories helps",
+                          "part of the recipe (no ablation number)", "filtered − unfiltered > 0, 95% interval above 0")
 
 # %% ../nbs/14c_report.ipynb #c7c2f38f
 def af_flow_grpo_claim(rd: Path) -> Claim:
@@ -127,7 +151,7 @@ def collect_claims(run_dir, claims: Sequence[Callable[[Path], Claim]] = CLAIMS) 
 def claims_table(claims: Sequence[Claim]) -> str:
     "The claim-by-claim markdown table."
     rows = ["| # | paper | claim | paper's number | ours | direction holds? | test | from |", "|---:|---|---|---|---|---|---|---|"]
-    rows += [f"| {i} | {c.paper} | {c.claim} | {c.paper_value} | {c.ours} | **{verdict(c.holds)}**{' — ' + c.note if c.note else ''} | {c.test} | `{c.source}` |"
+    rows += [f"| {i} | {c.paper} | {c.claim} | {c.paper_value} | {c.ours} | **{verdict(c.holds, c.undecided)}**{' — ' + c.note if c.note else ''} | {c.test} | `{c.source}` |"
              for i, c in enumerate(claims, 1)]
     return "\n".join(rows) + "\n"
 

@@ -204,15 +204,15 @@ def rows_for_tokenizer(rows: Dataset, tokenizer) -> Dataset:
     "SFT rows whose prompts are rendered by `tokenizer`'s chat template (a pretrained base's own), from each row's question and format."
     return rows.map(lambda r: {"prompt": agent_prompt(r, r["format"], tokenizer)}, desc="prompts in the base's template")
 
-def train_student(run_dir, cfg: SFTStageConfig, student: Student, base: str | Path | None = None) -> Path:
-    "Train one student into `run_dir/sft/<name>`: from the HF model at `base`, else `starting_model`, else a fresh `cfg.size` model."
+def train_student(run_dir, cfg: SFTStageConfig, student: Student, base: str | Path | None = None, out_root=None) -> Path:
+    "Train one student into `out_root/<name>` (default `run_dir/sft`): from the HF model at `base`, else `starting_model`, else a fresh `cfg.size` model."
     run_dir = resolve_run_dir(run_dir)
     rows = build_sft_sets(run_dir, cfg.profile, progress=False)[student.sft_set]
     if base is None: base = starting_model(run_dir, cfg)
     if cfg.base is not None: rows = rows_for_tokenizer(rows, load_tokenizer(base))
     tok = student_tokenizer(run_dir, cfg.profile) if base is None else None
     model = build_tiny_qwen2(tok, cfg.size, seed=cfg.seed) if base is None else base
-    return train_sft(rows, model, run_dir / "sft" / student.name, cfg, tokenizer=tok)
+    return train_sft(rows, model, Path(out_root or run_dir / "sft") / student.name, cfg, tokenizer=tok)
 
 def student_named(name: str) -> Student:
     "The student of `STUDENTS` called `name`."
@@ -220,18 +220,19 @@ def student_named(name: str) -> Student:
         if s.name == name: return s
     raise KeyError(f"no student {name!r}; students: {[s.name for s in STUDENTS]}")
 
-def _train_job(run_dir: str, cfg: dict, student: str, base: str | None) -> Path:
-    return train_student(run_dir, SFTStageConfig(**cfg), student_named(student), base)
+def _train_job(run_dir: str, cfg: dict, student: str, base: str | None, out_root: str | None) -> Path:
+    return train_student(run_dir, SFTStageConfig(**cfg), student_named(student), base, out_root)
 
-def train_students(run_dir, cfg: SFTStageConfig, students: Sequence[Student] = STUDENTS, base: str | Path | None = None) -> dict[str, Path]:
-    "Train every student on its set (`cfg.lanes` at a time); {name: saved model dir}."
+def train_students(run_dir, cfg: SFTStageConfig, students: Sequence[Student] = STUDENTS, base: str | Path | None = None,
+                   out_root=None) -> dict[str, Path]:
+    "Train every student on its set (`cfg.lanes` at a time) into `out_root/<name>` (default `run_dir/sft`); {name: saved model dir}."
     run_dir = resolve_run_dir(run_dir)
     build_sft_sets(run_dir, cfg.profile, progress=False)    # built once here, not by each lane
     if base is None: base = starting_model(run_dir, cfg)    # likewise the common base model (or the pretrained checkpoint)
-    jobs = [(str(run_dir), asdict(cfg), s.name, None if base is None else str(base)) for s in students]
+    jobs = [(str(run_dir), asdict(cfg), s.name, None if base is None else str(base), None if out_root is None else str(out_root)) for s in students]
     paths = run_in_lanes(_module_fn("_train_job"), jobs, cfg.lanes, cfg.threads)
     out = {s.name: Path(p) for s, p in zip(students, paths)}
-    plot_loss([read_json(p / "loss_history.json") for p in out.values()], list(out), run_dir / "figures" / "sft_loss.png")
+    if out_root is None: plot_loss([read_json(p / "loss_history.json") for p in out.values()], list(out), run_dir / "figures" / "sft_loss.png")
     return out
 
 # %% ../nbs/14a_stages.ipynb #3c9ec5b7

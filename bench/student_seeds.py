@@ -1,0 +1,85 @@
+"""Seeds decide the claims: the CoA, CoA-unfiltered and ReAct students at the run's SFT recipe, trained with several seeds,
+evaluated on the same test tasks as the SFT stage, with mean ± sd over seeds and paired tests for CoA − ReAct and
+filtered − unfiltered.
+
+Seed 0 is the stage's own students (`run_dir/sft/<name>`, evaluated by `09_sft`) when the recipe is the profile's; other
+seeds train into `run_dir/seeds/seed<k>/<name>`, from the same base model (the base is shared: the spread measured here is
+the students' own). The per-task accuracy averaged over seeds is what the paired tests compare, task by task.
+
+    python bench/student_seeds.py --run-dir runs/full --seeds 0 1 2
+
+Writes `run_dir/student_seeds.json` (read by the report's claims 5 and 6) and a copy in bench/results/. Resumable: a
+trained student or a finished evaluation is found again and not redone.
+"""
+from __future__ import annotations
+import argparse, json, shutil, statistics, time
+from dataclasses import replace
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parent / "results" / "student_seeds.json"
+COMPARED = ("coa", "coa_unfiltered", "react")
+PAIRS = (("coa", "react"), ("coa", "coa_unfiltered"))
+
+
+def seed_students(run_dir: Path, profile: str, seed: int) -> dict[str, Path]:
+    "The three students trained at `seed` (the stage's own at seed 0)."
+    from coa_lib.sft import SFTStageConfig
+    from coa_lib.stages import student_named, train_students
+    cfg = replace(SFTStageConfig.for_profile(profile), seed=seed)
+    students = [student_named(n) for n in COMPARED]
+    if seed == 0: return train_students(run_dir, cfg, students)
+    return train_students(run_dir, cfg, students, out_root=run_dir / "seeds" / f"seed{seed}")
+
+
+def evaluations(run_dir: Path, profile: str, seed: int, paths: dict[str, Path]) -> dict[str, dict[str, float]]:
+    "{student: {task id: correct}} on the SFT stage's test tasks, evaluated once (found again by name)."
+    from coa_lib.evaluate import eval_tasks, per_task_correct
+    from coa_lib.sft import SFTStageConfig
+    from coa_lib.stages import build_task_splits, eval_records, evaluate_students, sft_eval_name, student_named
+    from coa_lib.tasks import TaskConfig
+    cfg = SFTStageConfig.for_profile(profile)
+    tasks = eval_tasks(build_task_splits(run_dir, TaskConfig.for_profile(profile))["test"], cfg.n_eval)
+    name = lambda s: sft_eval_name(s) if seed == 0 else f"seeds/seed{seed}/eval/{s}_test"
+    todo = [(paths[s], student_named(s), tasks, name(s)) for s in COMPARED if not (run_dir / name(s) / "metrics.json").exists()]
+    if todo: evaluate_students(todo, run_dir, cfg)
+    return {s: per_task_correct(eval_records(run_dir, name(s))) for s in COMPARED}
+
+
+def summarize(per_seed: dict[int, dict[str, dict[str, float]]]) -> dict:
+    "Mean ± sd of each student's accuracy over seeds, and paired tests on the per-task accuracy averaged over seeds."
+    from coa_lib.evaluate import paired_difference
+    seeds = sorted(per_seed)
+    tasks = sorted(set.intersection(*(set(per_seed[k][s]) for k in seeds for s in COMPARED)))
+    acc = {s: [sum(per_seed[k][s][t] for t in tasks) / len(tasks) for k in seeds] for s in COMPARED}
+    mean_task = {s: [statistics.fmean(per_seed[k][s][t] for k in seeds) for t in tasks] for s in COMPARED}
+    return {"seeds": seeds, "n_tasks": len(tasks),
+            "students": {s: {"accuracy_by_seed": a, "mean": statistics.fmean(a), "sd": statistics.stdev(a) if len(a) > 1 else None}
+                         for s, a in acc.items()},
+            "comparisons": {f"{a}-{b}": paired_difference(mean_task[a], mean_task[b]) for a, b in PAIRS},
+            "per_seed_differences": {f"{a}-{b}": [x - y for x, y in zip(acc[a], acc[b])] for a, b in PAIRS}}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run-dir", default="runs/full")
+    ap.add_argument("--profile", default="full")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    a = ap.parse_args()
+    if len(a.seeds) < 2: raise SystemExit("at least two seeds: a spread needs more than one")
+    from coa_lib.core import atomic_write_json, resolve_run_dir
+    rd = resolve_run_dir(a.run_dir)
+    per_seed, t0 = {}, time.perf_counter()
+    for seed in a.seeds:
+        per_seed[seed] = evaluations(rd, a.profile, seed, seed_students(rd, a.profile, seed))
+        print(f"seed {seed}: " + ", ".join(f"{s} {sum(v.values()) / len(v):.3f}" for s, v in per_seed[seed].items()), flush=True)
+    res = {**summarize(per_seed), "profile": a.profile, "wall_s": time.perf_counter() - t0}
+    for k, c in res["comparisons"].items():
+        print(f"{k}: {100 * c['diff']:+.1f} points [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}] over {c['n']} tasks, "
+              f"sign {c['sign']:+d}, sign test p = {c['sign_test_p']:.2g}")
+    atomic_write_json(rd / "student_seeds.json", res)
+    OUT.parent.mkdir(parents=True, exist_ok=True); shutil.copyfile(rd / "student_seeds.json", OUT)
+    print(json.dumps({s: (round(v["mean"], 3), v["sd"] and round(v["sd"], 3)) for s, v in res["students"].items()}))
+
+
+if __name__ == "__main__":
+    main()
