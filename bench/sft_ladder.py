@@ -198,12 +198,17 @@ def plot(paths: list[Path], out: Path) -> None:
         line, = ax.plot(xs, [c["dev_accuracy"] for c in r["curve"]], marker="o", markersize=3, label=label)
         timed = [(c["train_minutes"], c["dev_accuracy"]) for c in r["curve"] if c.get("train_minutes") is not None]
         if timed: tx.plot(*zip(*timed), marker="o", markersize=3, color=line.get_color(), label=label)
+        elif r.get("phases_done"):    # rungs from before minutes were recorded: minutes estimated from the rung's mean speed (dashed)
+            speed = sum(ph["tokens_seen"] for ph in r["phases_done"]) / sum(ph["train_wall_s"] for ph in r["phases_done"])
+            start = r.get("offset_tokens", 0)
+            tx.plot([(c["tokens_seen"] - start) / speed / 60 for c in r["curve"]], [c["dev_accuracy"] for c in r["curve"]],
+                    linestyle="--", marker="o", markersize=2, color=line.get_color(), alpha=0.6)
         fin = (r.get("final") or {}).get("greedy")
         if fin and timed: tx.errorbar([timed[-1][0]], [fin["accuracy"]], yerr=[[fin["accuracy"] - fin["accuracy_ci95"][0]], [fin["accuracy_ci95"][1] - fin["accuracy"]]],
                                       fmt="s", color=line.get_color(), capsize=3)
         pts = [(x, c["token_losses"]["copied_rest"]) for x, c in zip(xs, r["curve"]) if "copied_rest" in c.get("token_losses", {})]
         if pts: bx.plot(*zip(*pts), marker="o", markersize=3, color=line.get_color())
-    tx.set(xlabel="training minutes on this machine (2 cores; evaluation excluded)", ylabel="dev accuracy",
+    tx.set(xlabel="training minutes on this machine (evaluation excluded; dashed: estimated from an older rung's mean speed)", ylabel="dev accuracy",
            title="Ladder by wall clock (squares: final eval, 50/kind, 95% CI)", ylim=(-0.02, 1.02))
     ax.set(xlabel="tokens seen (millions; prompt and observations included)", ylabel="dev accuracy",
            title="Learnability ladder (dev split, greedy, real tools)", ylim=(-0.02, 1.02))
@@ -256,6 +261,19 @@ def main():
         if not a.label or not a.phase: raise SystemExit("--label and at least one --phase are needed")
         run_rung(a)
     plot(sorted(OUT.glob("*.json")), OUT / "ladder.png")
+    write_table(OUT, OUT / "ladder.md")
+
+
+def write_table(results_dir: Path, out: Path) -> None:
+    "Every rung as one row of a markdown table (`coa_lib.sft.ladder_summary`), next to the plot."
+    from coa_lib.core import atomic_write_text
+    from coa_lib.sft import ladder_summary
+    df = ladder_summary(results_dir).reset_index()
+    fmt = lambda v: "" if v is None or v != v else f"{v:.3g}" if isinstance(v, float) else str(v)
+    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    atomic_write_text(out, "Every rung of `bench/sft_ladder.py` (dev split only; written by `--plot`).\n\n" + "\n".join(lines) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 
 # %% ../nbs/04_llm.ipynb #87608a7b
 from __future__ import annotations
+import contextlib
 import json
 import os
 import re
@@ -184,7 +185,9 @@ class HFBackend(Backend):
         if max_new_tokens <= 0: return [Completion("", len(e), 0, TurnEnd.LENGTH) for e in enc]
         order = sorted(range(len(enc)), key=lambda i: -len(enc[i]))
         out: list[Completion | None] = [None] * len(enc)
-        rng = torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
+        # a seed repeats a call and leaves the caller's RNG as it was; without one, sampling draws on (and advances) the global
+        # RNG, so that calling again samples anew (forking it there made every unseeded call repeat the first)
+        rng = torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []) if seed is not None else contextlib.nullcontext()
         with rng, torch.no_grad():
             if seed is not None: torch.manual_seed(seed)
             for b in range(0, len(order), self.batch_size):

@@ -227,6 +227,13 @@ def test_seeded_sampling_reproducible_and_rng_untouched(hb):
     assert [x.text for x in a] != [x.text for x in g]
 
 
+def test_unseeded_sampling_differs_across_calls(hb):
+    "Without a seed, calling again samples anew (pass@k loops, a sampling client); the server relies on it too."
+    torch.manual_seed(0)
+    runs = [[x.text for x in hb.generate(PROMPTS, max_new_tokens=12, temperature=1.0)] for _ in range(3)]
+    assert runs[0] != runs[1] and runs[1] != runs[2]
+
+
 def test_hf_edge_cases(model, tok):
     hb = HFBackend(model, tok)
     assert hb.generate(["x"], max_new_tokens=0)[0] == Completion("", 1, 0, "length")
