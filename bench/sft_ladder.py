@@ -190,12 +190,13 @@ def plot(paths: list[Path], out: Path) -> None:
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (tx, ax, bx) = plt.subplots(1, 3, figsize=(18, 5))
-    for p in paths:
+    colors = plt.get_cmap("tab20").colors
+    for i, p in enumerate(paths):
         r = json.loads(p.read_text())
         if not r["curve"]: continue
         label = f"{r['label']} ({r.get('pretrained') or r['size']})"
         xs = [c["tokens_seen"] / 1e6 for c in r["curve"]]
-        line, = ax.plot(xs, [c["dev_accuracy"] for c in r["curve"]], marker="o", markersize=3, label=label)
+        line, = ax.plot(xs, [c["dev_accuracy"] for c in r["curve"]], marker="o", markersize=3, label=label, color=colors[i % len(colors)])
         timed = [(c["train_minutes"], c["dev_accuracy"]) for c in r["curve"] if c.get("train_minutes") is not None]
         if timed: tx.plot(*zip(*timed), marker="o", markersize=3, color=line.get_color(), label=label)
         elif r.get("phases_done"):    # rungs from before minutes were recorded: minutes estimated from the rung's mean speed (dashed)
@@ -208,7 +209,7 @@ def plot(paths: list[Path], out: Path) -> None:
                                       fmt="s", color=line.get_color(), capsize=3)
         pts = [(x, c["token_losses"]["copied_rest"]) for x, c in zip(xs, r["curve"]) if "copied_rest" in c.get("token_losses", {})]
         if pts: bx.plot(*zip(*pts), marker="o", markersize=3, color=line.get_color())
-    tx.set(xlabel="training minutes on this machine (evaluation excluded; dashed: estimated from an older rung's mean speed)", ylabel="dev accuracy",
+    tx.set(xlabel="training minutes, 2 CPU cores (dashed: estimated for older rungs)", ylabel="dev accuracy",
            title="Ladder by wall clock (squares: final eval, 50/kind, 95% CI)", ylim=(-0.02, 1.02))
     ax.set(xlabel="tokens seen (millions; prompt and observations included)", ylabel="dev accuracy",
            title="Learnability ladder (dev split, greedy, real tools)", ylim=(-0.02, 1.02))
