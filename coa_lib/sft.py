@@ -207,7 +207,11 @@ def _plain_loss_trainer_class():
         "`SFTTrainer` whose loss is the masked cross-entropy with logits only at trained positions, without TRL's entropy/accuracy metrics."
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             if return_outputs: return Trainer.compute_loss(self, model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
-            return trained_positions_loss(model, inputs, num_items_in_batch)
+            loss = trained_positions_loss(model, inputs, num_items_in_batch)
+            # as Trainer.compute_loss: a token count summed over processes divides each one's loss, so scale it back up
+            if self.args.average_tokens_across_devices and self.model_accepts_loss_kwargs and num_items_in_batch is not None:
+                loss = loss * (self.accelerator.num_processes // self.get_tp_size() if self.args.n_gpu <= 1 else self.args.n_gpu)
+            return loss
     return PlainLossSFTTrainer
 
 # %% ../nbs/09_sft.ipynb #70b3cfb5
