@@ -29,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+from coa_lib.tuning import Tuning
+
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results" / "ladder"
 
@@ -103,10 +105,8 @@ def run_rung(a) -> dict:
     def point(model, seen, state, dev, train_minutes):
         t0 = time.perf_counter(); model.eval()
         try:
-            policy = load_policy(model, tok, dtype=cfg.eval_dtype) if cfg.eval_dtype is None else None
-            if policy is None:                                      # evaluate a bf16 copy; the trained weights stay fp32
-                import copy
-                policy = load_policy(copy.deepcopy(model), tok, dtype=cfg.eval_dtype)
+            import copy                                              # with an eval dtype, a copy: the trained weights stay fp32
+            policy = load_policy(model if cfg.eval_dtype is None else copy.deepcopy(model), tok, dtype=cfg.eval_dtype)
             m, _ = evaluate(policy, dev, fmt="coa", max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, progress=False)
         finally: model.train()
         loss = next((h["loss"] for h in reversed(state.log_history) if "loss" in h), None) if state else None
@@ -140,7 +140,7 @@ def run_rung(a) -> dict:
         out = rd / "ladder" / a.label / f"phase{i}"
         t0 = time.perf_counter()
         budget = WallClockBudget(a.minutes or 1e9)
-        path = train_sft(subset, model, out, pcfg, tokenizer=tok if not isinstance(model, str) else None, callbacks=[DevCurve(dev, budget), budget])
+        path = train_sft(subset, model, out, pcfg, tokenizer=tok, callbacks=[DevCurve(dev, budget), budget])
         minutes_offset += budget.elapsed() / 60
         done = json.loads((path / "sft_done.json").read_text())
         res["phases_done"].append({"kinds": list(kinds), "rows_available": subset.num_rows, "tokens_seen": done["tokens_seen"],
@@ -247,7 +247,7 @@ def main():
     ap.add_argument("--continues", default=None, help="go on training this rung's final model (its tokens seen carry over)")
     ap.add_argument("--minutes", type=float, default=None, help="cap each phase's training at this many minutes (evaluation excluded)")
     ap.add_argument("--pretrained", default=None, help="start from a pretrained model: a coa_lib.pretrained.WHEEL_MODELS name or an HF path")
-    ap.add_argument("--tuning", default="full", choices=["full", "top_layers", "lora"])
+    ap.add_argument("--tuning", default="full", choices=[t.value for t in Tuning])
     ap.add_argument("--train-layers", type=int, default=6)
     ap.add_argument("--lora-r", type=int, default=16)
     ap.add_argument("--eval-dtype", default=None, help="e.g. bfloat16: evaluate a bf16 copy (a big model twice as fast)")
