@@ -6,8 +6,11 @@
 from __future__ import annotations
 import argparse
 import copy
+import io
 import json
 import os
+import re
+import socket
 import sys
 import threading
 import time
@@ -35,7 +38,9 @@ class ServeConfig:
     max_stop: int = 16               # stop strings
     max_body_bytes: int = 8 << 20    # larger bodies get 413
     max_context: int | None = None   # prompt + completion tokens; None: the model's max_position_embeddings
-    read_timeout_s: float = 30.0     # a client that sends its request slower (a body short of its Content-Length) gets 408
+    max_request_sequences: int = 64  # prompts x n: the completions one request may ask for
+    max_request_tokens: int = 16384  # prompts x n x max_tokens: the new tokens one request may ask for (others wait on it)
+    read_timeout_s: float = 30.0     # the whole request (line, headers, body) must arrive within this, else 408 / closed
 
 class RequestError(Exception):
     "A request the server refuses: HTTP status, message, and the offending parameter."
@@ -62,11 +67,19 @@ class GenerationRequest:
 # %% ../nbs/04b_serve.ipynb #7778790e
 def _is_int(x) -> bool: return isinstance(x, int) and not isinstance(x, bool)
 
+def _text(s: str, param: str) -> str:
+    "`s`, else a 400: JSON can carry a lone surrogate (`\\ud800`), which no tokenizer can encode."
+    try: s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise RequestError(400, f"'{param}' is not valid Unicode text: a lone surrogate {s[e.start]!r} at index {e.start} "
+                                "(a \\ud800-\\udfff escape without its pair)", param) from None
+    return s
+
 def _content_text(content, i: int) -> str:
-    if isinstance(content, str): return content
+    if isinstance(content, str): return _text(content, f"messages[{i}].content")
     if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
                                          for p in content):
-        return "".join(p["text"] for p in content)
+        return _text("".join(p["text"] for p in content), f"messages[{i}].content")
     raise RequestError(400, f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
 
 def _messages(msgs) -> list[dict]:
@@ -84,7 +97,7 @@ def _prompts(prompt, cfg: ServeConfig) -> list[str]:
     if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
         raise RequestError(400, "'prompt' must be a string or a non-empty list of strings (token ids are not supported)", "prompt")
     if len(prompts) > cfg.max_prompts: raise RequestError(400, f"at most {cfg.max_prompts} prompts per request", "prompt")
-    return prompts
+    return [_text(p, "prompt") for p in prompts]
 
 def _stop(stop, cfg: ServeConfig) -> list[str] | None:
     if stop is None: return None
@@ -92,7 +105,18 @@ def _stop(stop, cfg: ServeConfig) -> list[str] | None:
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
         raise RequestError(400, "'stop' must be a non-empty string or a list of them", "stop")
     if len(stops) > cfg.max_stop: raise RequestError(400, f"at most {cfg.max_stop} stop strings", "stop")
-    return stops or None
+    return [_text(s, "stop") for s in stops] or None
+
+def _bound_work(n_prompts: int, n: int, max_tokens: int, cfg: ServeConfig):
+    "A 400 for a request that asks for more completions or new tokens than one request may (generation is one at a time)."
+    seqs, param = n_prompts * n, "n" if n > 1 else "prompt"
+    if seqs > cfg.max_request_sequences:
+        raise RequestError(400, f"{n_prompts} prompts x n={n} is {seqs} completions; one request may ask for at most "
+                                f"{cfg.max_request_sequences}: send several requests", param, "request_too_large")
+    if seqs * max_tokens > cfg.max_request_tokens:
+        raise RequestError(400, f"{seqs} completions x max_tokens={max_tokens} is {seqs * max_tokens} new tokens; one request "
+                                f"may ask for at most {cfg.max_request_tokens}: lower max_tokens or n, or send several requests",
+                           "max_tokens" if seqs == 1 else param, "request_too_large")
 
 # %% ../nbs/04b_serve.ipynb #abb407ce
 def parse_request(body: Any, chat: bool, model_id: str, cfg: ServeConfig) -> GenerationRequest:
@@ -120,8 +144,9 @@ def parse_request(body: Any, chat: bool, model_id: str, cfg: ServeConfig) -> Gen
     seed = body.get("seed")
     if seed is not None and not (_is_int(seed) and -2**63 <= seed < 2**64):   # torch.manual_seed's range
         raise RequestError(400, "'seed' must be an integer from -2**63 to 2**64 - 1", "seed")
-    return GenerationRequest([prompts] if chat else prompts, chat, min(mt, cfg.max_tokens_cap), float(temp), n, seed,
-                             _stop(body.get("stop"), cfg))
+    mt = min(mt, cfg.max_tokens_cap)
+    _bound_work(1 if chat else len(prompts), n, mt, cfg)
+    return GenerationRequest([prompts] if chat else prompts, chat, mt, float(temp), n, seed, _stop(body.get("stop"), cfg))
 
 # %% ../nbs/04b_serve.ipynb #4d2ae83b
 def _choice(c: Completion, index: int, chat: bool) -> dict:
@@ -144,13 +169,10 @@ def make_response(req: GenerationRequest, completions: list[Completion], model_i
 class _Handler(BaseHTTPRequestHandler):
     server: "CompletionServer"
     server_version = "coa-lab-serve/0.1"
+    default_request_version = "HTTP/1.0"   # the stdlib's "HTTP/0.9" default sent errors with no status line or headers
 
     def log_message(self, fmt, *args):
         if self.server.verbose: sys.stderr.write(f"[serve] {self.address_string()} {fmt % args}\n")
-
-    def setup(self):
-        self.timeout = self.server.config.read_timeout_s   # the socket timeout StreamRequestHandler.setup applies
-        super().setup()
 
     def _send(self, status: int, obj: dict, headers: dict | None = None, body: bool = True):
         data = json.dumps(obj).encode()
@@ -187,20 +209,67 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/health": return self._send(200, {"status": "ok"})
         self._error(RequestError(404, f"no such endpoint: GET {path}", code="not_found"))
 
+# %% ../nbs/04b_serve.ipynb #5e1d0a2b
+class _DeadlineIO(socket.SocketIO):
+    "The request socket for reading: every read waits only until the request's deadline, so a trickling client is cut off too."
+    def __init__(self, handler: BaseHTTPRequestHandler):
+        super().__init__(handler.connection, "rb")
+        self.handler, self.sock = handler, handler.connection
+
+    def readinto(self, b) -> int:
+        left = self.handler.deadline - time.monotonic()
+        if left <= 0: raise TimeoutError("the request did not arrive in time")
+        self.sock.settimeout(min(left, self.handler.timeout))
+        try: return super().readinto(b)
+        finally: self.sock.settimeout(self.handler.timeout)   # writing the answer gets the plain timeout
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")   # an HTTP method is a token
+
+@patch
+def setup(self: _Handler):
+    self.timeout = self.server.config.read_timeout_s   # the socket timeout StreamRequestHandler.setup applies
+    super(_Handler, self).setup()
+    self.rfile.close()
+    self.rfile = io.BufferedReader(_DeadlineIO(self))
+
+@patch
+def handle_one_request(self: _Handler):
+    "The request line, headers and body must all arrive within `read_timeout_s` of its start (one slow byte at a time too)."
+    self.deadline = time.monotonic() + self.server.config.read_timeout_s
+    super(_Handler, self).handle_one_request()
+
+@patch
+def parse_request(self: _Handler) -> bool:
+    "A 400 for any request line but `METHOD PATH HTTP/x.y`: stray bytes and HTTP/0.9 (which would wait for headers) included."
+    line = self.raw_requestline.decode("latin-1").rstrip("\r\n")
+    words = line.split()
+    if len(words) != 3 or not _TOKEN.fullmatch(words[0]) or not words[2].startswith("HTTP/"):
+        self.command, self.request_version, self.requestline = None, self.default_request_version, line[:200]
+        self.send_error(400, f"bad request line {line[:60]!r}: expected 'METHOD PATH HTTP/1.1' (HTTP/0.9 is not served)")
+        return False
+    try: return super(_Handler, self).parse_request()
+    except TimeoutError:   # the headers did not all arrive within the deadline
+        self.send_error(408, f"the request headers did not arrive within {self.server.config.read_timeout_s:g} s")
+        return False
+
 # %% ../nbs/04b_serve.ipynb #e95dac9f
 @patch
 def _raw_body(self: _Handler) -> bytes:
     cfg = self.server.config
-    try: n = int(self.headers.get("Content-Length", ""))
-    except ValueError: raise RequestError(411, "a Content-Length header (a number of bytes) is required") from None
-    if n < 0: raise RequestError(400, f"Content-Length is negative ({n})")
-    if n > cfg.max_body_bytes:
-        self.close_connection = True
-        raise RequestError(413, f"request body over {cfg.max_body_bytes} bytes (Content-Length {n})")
+    self.close_connection = True   # one request per connection (HTTP/1.0), and a refused body is left unread
+    if self.headers.get("Transfer-Encoding") is not None:
+        raise RequestError(400, "Transfer-Encoding is not supported: send the body with a Content-Length")
+    lengths = list(dict.fromkeys(v.strip() for v in self.headers.get_all("Content-Length", [])))
+    if len(lengths) > 1:   # which one frames the body? (request smuggling lives in that doubt)
+        raise RequestError(400, f"conflicting Content-Length headers: {', '.join(v[:20] for v in lengths[:4])}")
+    v = lengths[0] if lengths else ""
+    if not (v.isascii() and v.isdigit()): raise RequestError(411, "a Content-Length header (a number of bytes) is required")
+    if len(v) > 18 or int(v) > cfg.max_body_bytes:
+        raise RequestError(413, f"request body over {cfg.max_body_bytes} bytes (Content-Length {v[:20]})")
+    n = int(v)
     try: raw = self.rfile.read(n)
     except TimeoutError:   # fewer bytes than Content-Length, and the client waits: do not wait with it
-        self.close_connection = True
-        raise RequestError(408, f"the request body did not arrive: Content-Length is {n} bytes, and they did not "
+        raise RequestError(408, f"the request body did not arrive: Content-Length is {n} bytes, and the request did not "
                                 f"all come within {cfg.read_timeout_s:g} s") from None
     if len(raw) < n: raise RequestError(400, f"the request body ended after {len(raw)} of its Content-Length {n} bytes")
     return raw

@@ -1,6 +1,7 @@
 "Tests of coa_lib.serve: a real server on a free loopback port, queried with the official openai client."
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -360,12 +361,38 @@ HOSTILE = {
     "header line of 70 kB": (b"GET /v1/models HTTP/1.1\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", 431, None, "too long",
                              None),
     "request line of 70 kB": (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414, None, "Too Long", None),
+    # issue 27 item 22: text that is not Unicode (a JSON escape of half a surrogate pair) was a 500 from the tokenizer
+    "lone surrogate prompt": (_http("POST", _C, b'{"prompt": "caf\\ud800", "max_tokens": 2}'), 400, "prompt", "surrogate", None),
+    "lone surrogate in a list": (_http("POST", _C, b'{"prompt": ["ok", "\\udfff"], "max_tokens": 2}'), 400, "prompt", "surrogate",
+                                 None),
+    "lone surrogate stop": (_http("POST", _C, b'{"prompt": "x", "stop": "\\ud800"}'), 400, "stop", "surrogate", None),
+    "lone surrogate message": (_http("POST", _CC, b'{"messages": [{"role": "user", "content": "\\ud800"}]}'), 400,
+                               "messages[0].content", "surrogate", None),
+    # body framing: two Content-Lengths that disagree (was: the first one won), chunked bodies, a length that int() reads
+    "two Content-Lengths": (_http("POST", _C, _J(prompt="x", max_tokens=1)).replace(b"Content-Length", b"Content-Length: 2\r\n"
+                            b"Content-Length", 1), 400, None, "conflicting Content-Length", None),
+    "Transfer-Encoding": (_http("POST", _C, _J(prompt="x")).replace(b"Host:", b"Transfer-Encoding: chunked\r\nHost:"), 400, None,
+                          "Transfer-Encoding", None),
+    "Content-Length 1_5": (_http("POST", _C, b'{"prompt": "x"}', length="1_5"), 411, None, "Content-Length", None),
+    "Content-Length 5000 digits": (_http("POST", _C, _J(prompt="x"), length="9" * 5000), 413, None, "bytes", None),
+    # not HTTP/1.x: each was answered with a bare JSON body (no status line) or, for HTTP/0.9, not at all
+    "HTTP/0.9": (b"GET /v1/models\r\n", 400, None, "HTTP/0.9", None),
+    "garbage bytes (a TLS hello)": (b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\x00\xff\r\n\r\n", 400, None,
+                                    "request line", None),
+    "one word": (b"hello\r\n\r\n", 400, None, "request line", None),
+    "bad version": (b"GET /v1/models HTTP/1.x\r\n\r\n", 400, None, "version", None),
+    "NUL in the method": (b"G\x00T /v1/models HTTP/1.1\r\n\r\n", 400, None, "request line", None),
+    # the work one request may ask for is bounded: 64 prompts x n=8 held every other client for 20 s
+    "64 prompts x n=8": (_http("POST", _C, _J(prompt=["x"] * 64, n=8, max_tokens=1)), 400, "n", "completions",
+                         "request_too_large"),
+    "16 prompts x 12 tokens": (_http("POST", _C, _J(prompt=["x"] * 16, max_tokens=12)), 400, "prompt", "new tokens",
+                               "request_too_large"),
 }
 
 
 def test_hostile_requests_get_4xx_json_and_server_survives(model_dir):
     "Each hostile request gets its 4xx with an OpenAI-style JSON error naming the field, quickly; then the server still serves."
-    srv = serve(model_dir, model_id=MODEL_ID, config=ServeConfig(max_tokens_cap=12, read_timeout_s=1.5))
+    srv = serve(model_dir, model_id=MODEL_ID, config=ServeConfig(max_tokens_cap=12, read_timeout_s=1.5, max_request_tokens=100))
     port = srv.server_address[1]
     try:
         for name, (request, status, param, word, code) in HOSTILE.items():
@@ -418,5 +445,61 @@ def test_prompt_near_the_context_lowers_max_tokens(model_dir, local):
         with pytest.raises(openai.BadRequestError) as e:
             oc.completions.create(model=MODEL_ID, prompt="x", max_tokens=free.prompt_tokens + 6)
         assert e.value.body["param"] == "max_tokens"
+    finally:
+        srv.shutdown()
+
+
+def test_http09_and_garbage_are_answered_at_once(server):
+    "Not HTTP/1.x: a 400 with a status line, headers and a JSON body at once, not after the read timeout (30 s here)."
+    assert server.config.read_timeout_s == 30
+    for request in (b"GET /v1/models\r\n", b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n", b"hello\r\n"):
+        status, headers, body, _ = _raw(server.server_address[1], request, timeout=10)   # the old server: 30 s, or no status line
+        assert status == 400 and headers["content-type"] == "application/json", (request, status, headers)
+        assert "request line" in json.loads(body)["error"]["message"]
+
+
+def _trickle(port: int, head: bytes, slow: bytes, gap: float = 0.05) -> tuple[int, bytes]:
+    "Send `head`, then `slow` a byte every `gap` s until the server answers or closes: (bytes of `slow` sent, the reply)."
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(head)
+        sent = 0
+        while sent < len(slow) and not select.select([s], [], [], gap)[0]:
+            try: s.sendall(slow[sent:sent + 1])
+            except (BrokenPipeError, ConnectionResetError): break
+            sent += 1
+        data = b""
+        try:
+            while chunk := s.recv(65536): data += chunk
+        except ConnectionResetError:
+            pass
+    return sent, data
+
+
+def _handler_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if "process_request_thread" in t.name]
+
+
+def test_a_trickling_client_is_cut_off(model_dir):
+    """A client that sends its request one byte at a time (each byte well within the socket timeout) kept a thread for as
+    long as it liked: the whole request must arrive within read_timeout_s, or the server answers 408 (or, inside the
+    request line, closes) and the thread ends."""
+    srv = serve(model_dir, model_id=MODEL_ID, config=ServeConfig(max_tokens_cap=12, read_timeout_s=1.0))
+    port, line = srv.server_address[1], b"POST /v1/completions HTTP/1.1\r\n"
+    headers = b"Host: x\r\nContent-Type: application/json\r\nX-Pad: " + b"a" * 400 + b"\r\n"
+    body = json.dumps({"prompt": "x " * 200, "max_tokens": 1}).encode()
+    try:
+        sent, reply = _trickle(port, b"", line + headers + b"\r\n")               # inside the request line: closed
+        assert sent < len(line) + len(headers) and reply == b"", (sent, reply[:200])
+        sent, reply = _trickle(port, line, headers + b"\r\n")                      # inside the headers: 408
+        assert sent < len(headers) and reply.startswith(b"HTTP/1.0 408 "), (sent, reply[:200])
+        assert "headers did not arrive" in json.loads(reply.partition(b"\r\n\r\n")[2])["error"]["message"]
+        head = line + headers + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        sent, reply = _trickle(port, head, body)                                     # inside the body: 408
+        assert sent < len(body) and reply.startswith(b"HTTP/1.0 408 "), (sent, reply[:200])
+        assert "Content-Length" in json.loads(reply.partition(b"\r\n\r\n")[2])["error"]["message"]
+        deadline = time.monotonic() + 10
+        while _handler_threads() and time.monotonic() < deadline: time.sleep(0.05)
+        assert not _handler_threads(), _handler_threads()                           # no thread left waiting on a client
+        assert _raw(port, _http("POST", _C, _J(prompt="x", max_tokens=1)))[0] == 200  # and the server still serves
     finally:
         srv.shutdown()
