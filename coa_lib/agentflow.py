@@ -23,12 +23,12 @@ from .episode import TurnDecoder
 from .teacher import plan_steps
 from .tokenizer import IM_START, apply_chat_template, chat_block
 from .prompts import has_chat_template
-from .tools import ToolBox, _oneline
+from .tools import ToolBox, one_line
 
 # %% auto #0
-__all__ = ['TOOL_HELP', 'COA_TAG', 'TOOL_OF_TAG', 'TOOL_LABELS', 'EXECUTOR_ARGS', 'FLOW_ROLES', 'AF_KINDS', 'CATEGORIES',
-           'FlowTool', 'parse_tool', 'tool_label', 'Verdict', 'MemoryStep', 'Memory', 'read_memory', 'FlowRole',
-           'FlowRoleSpec', 'tools_text', 'flow_prompt', 'Decision', 'parse_decision', 'render_decision',
+__all__ = ['TOOL_HELP', 'COA_TAG', 'TOOL_OF_TAG', 'INVALID_TOOL', 'TOOL_LABELS', 'EXECUTOR_ARGS', 'FLOW_ROLES', 'AF_KINDS',
+           'CATEGORIES', 'FlowTool', 'parse_tool', 'tool_label', 'Verdict', 'MemoryStep', 'Memory', 'read_memory',
+           'FlowRole', 'FlowRoleSpec', 'tools_text', 'flow_prompt', 'Decision', 'parse_decision', 'render_decision',
            'executor_instruction', 'parse_verdict_line', 'PlannerTurn', 'BackendPlanner', 'kv_generate', 'ModelPlanner',
            'FlowModules', 'FlowLimits', 'FlowRecord', 'is_tool_error', 'solve', 'task_difficulty', 'flow_metrics',
            'planner_sft_rows', 'AgentFlowConfig']
@@ -52,11 +52,14 @@ def parse_tool(name: str) -> FlowTool | None:
     try: return FlowTool(name.strip().lower())
     except (ValueError, AttributeError): return None
 
-TOOL_LABELS = (*(t.value for t in FlowTool), "invalid")   # how a memory step's tool is counted
+INVALID_TOOL = "invalid"                                    # a memory step's tool when the planner named no known tool
+TOOL_LABELS = (*(t.value for t in FlowTool), INVALID_TOOL)   # how a memory step's tool is counted
+
+def _label(tool: str) -> str: return t.value if (t := parse_tool(tool)) else INVALID_TOOL
 
 def tool_label(step: dict) -> str:
-    "The tool a memory step used, or 'invalid' when the planner named none."
-    return step["tool"] if parse_tool(step["tool"]) else "invalid"
+    "The tool a memory step used (its `FlowTool` value), or 'invalid' when the planner named none."
+    return _label(step["tool"])
 
 # %% ../nbs/11_agentflow.ipynb #f3420a55
 class Verdict(str, Enum):
@@ -69,7 +72,7 @@ class MemoryStep:
     "One turn of the flow as the memory keeps it."
     turn: int
     sub_goal: str
-    tool: str                 # a FlowTool value, or what the planner wrote when it named no tool
+    tool: str                 # a FlowTool value, or 'invalid' when the planner named none (its text: the record's planner_turns)
     command: str              # the executor's concrete call ('' when it made none)
     result: str               # the tool's observation, or the executor's failure
     verdict: str = ""         # the verifier's verdict on the memory after this step (kept, unlike upstream)
@@ -85,9 +88,9 @@ class Memory:
 
     def render_step(self, s: MemoryStep, command_chars: int | None, keep_result: bool = True) -> str:
         cmd = s.command if command_chars is None or len(s.command) <= command_chars else s.command[:command_chars] + "…"
-        lines = [f"Step {s.turn} | {s.tool} | {_oneline(s.sub_goal)}", f"command: {json.dumps(cmd, ensure_ascii=False)}",
-                 f"result: {_oneline(s.result) if keep_result else '(dropped: memory bound)'}"]
-        if s.verdict: lines.append(f"verdict: {s.verdict} - {_oneline(s.reason)}")
+        lines = [f"Step {s.turn} | {_label(s.tool)} | {one_line(s.sub_goal)}", f"command: {json.dumps(cmd, ensure_ascii=False)}",
+                 f"result: {one_line(s.result) if keep_result else '(dropped: memory bound)'}"]   # one line per field
+        if s.verdict: lines.append(f"verdict: {one_line(s.verdict)} - {one_line(s.reason)}")
         return "\n".join(lines)
 
 # %% ../nbs/11_agentflow.ipynb #954a8088
@@ -108,16 +111,20 @@ def render(self: Memory, max_chars: int | None = None, command_chars: int | None
         first += 1; out = text(first)
     return out
 
-_STEP_RE = re.compile(r"^Step (\d+) \| (\S+) \| (.*)\ncommand: (.*)\nresult: (.*)(?:\nverdict: (\w+) - (.*))?$", re.M)
+# every field on its own line, the tool label without `|`: one way to split a step, found in linear time
+_STEP_RE = re.compile(r"^Step (-?\d{1,4000}) \| ([^|\n]*) \| (.*)\ncommand: (.*)\nresult: (.*)(?:\nverdict: (.*?) - (.*))?$", re.M)
+
+def _command(field: str) -> str:
+    "A step's command as rendered (a JSON string), decoded; any other text as it is."
+    if not field.startswith('"'): return field
+    try: cmd = json.loads(field)
+    except ValueError: return field
+    return cmd if isinstance(cmd, str) else field
 
 def read_memory(text: str) -> list[MemoryStep]:
-    "The steps of a rendered memory (what a scripted module reads back from its prompt); never raises."
-    out = []
-    for m in _STEP_RE.finditer(text or ""):
-        try: cmd = json.loads(m.group(4))
-        except json.JSONDecodeError: cmd = m.group(4)
-        out.append(MemoryStep(int(m.group(1)), m.group(3), m.group(2), str(cmd), m.group(5), m.group(6) or "", m.group(7) or ""))
-    return out
+    "The steps of a rendered memory (what a scripted module reads back from its prompt); never raises, linear time."
+    return [MemoryStep(int(m.group(1)), m.group(3), m.group(2), _command(m.group(4)), m.group(5), m.group(6) or "", m.group(7) or "")
+            for m in _STEP_RE.finditer(text if isinstance(text, str) else "")]
 
 # %% ../nbs/11_agentflow.ipynb #f1690cd2
 class FlowRole(str, Enum):
@@ -165,14 +172,16 @@ class Decision:
     tool: FlowTool | None
     text: str
 
-_PLAN_RE = re.compile(r"<plan>(.*?)</plan>\s*<tool>(.*?)(?:</tool>|$)", re.S)
+_PLAN_END_RE = re.compile(r"</plan>\s*<tool>")
 
 def parse_decision(text: str) -> Decision:
-    "Read `<plan>sub-goal</plan><tool>name</tool>`; no tool when unreadable or forged (an observation tag); never raises."
+    "Read `<plan>sub-goal</plan><tool>name</tool>`; no tool when unreadable or forged (an observation tag); never raises, linear time."
     text = text if isinstance(text, str) else ""
-    m = None if is_forged(text) else _PLAN_RE.search(text)
-    if not m: return Decision("", None, text)
-    return Decision(_oneline(m.group(1))[:300], parse_tool(m.group(2)), text)
+    start = -1 if is_forged(text) else text.find("<plan>")       # the first <plan>, then the first </plan><tool> after it
+    end = _PLAN_END_RE.search(text, start + len("<plan>")) if start >= 0 else None
+    if end is None: return Decision("", None, text)
+    close = text.find("</tool>", end.end())
+    return Decision(one_line(text[start + len("<plan>"):end.start()])[:300], parse_tool(text[end.end():close if close >= 0 else None]), text)
 
 def render_decision(sub_goal: str, tool: FlowTool) -> str:
     "The planner's text for a decision (what the warm start is trained to write)."
@@ -183,10 +192,10 @@ def executor_instruction(decision: Decision) -> str:
     return f"Sub-goal: {decision.sub_goal}\nTool: {decision.tool.value}"
 
 def parse_verdict_line(text: str) -> tuple[Verdict, str]:
-    "STOP or CONTINUE and the reason; anything else is CONTINUE ('unreadable verdict')."
-    m = re.match(r"\s*(STOP|CONTINUE)\b\s*:?\s*(.*)", text or "", re.S | re.I)
+    "STOP or CONTINUE and the reason; anything else (non-text too) is CONTINUE ('unreadable verdict'); never raises."
+    m = re.match(r"\s*(STOP|CONTINUE)\b\s*:?\s*(.*)", text if isinstance(text, str) else "", re.S | re.I)
     if not m: return Verdict.CONTINUE, "unreadable verdict"
-    return Verdict(m.group(1).upper()), _oneline(m.group(2))[:200]
+    return Verdict(m.group(1).upper()), one_line(m.group(2))[:200]
 
 # %% ../nbs/11_agentflow.ipynb #3d63ff93
 @dataclass
@@ -255,9 +264,10 @@ class FlowModules:
 # %% ../nbs/11_agentflow.ipynb #dda77081
 @dataclass
 class FlowLimits:
-    "How the planner sees and samples (the turn budget is `solve`'s `max_turns`)."
+    "How the modules see the memory and the planner samples (the turn budget is `solve`'s `max_turns`)."
     memory_chars: int = 1800          # the planner's view of the memory (oldest results dropped first)
     command_chars: int = 60           # commands (code) shown to the planner are cut to this
+    module_memory_chars: int = 6000   # the fixed modules' view (commands whole): bounded too, above what 10 turns of a flow use
     temperature: float = 0.0          # the planner's sampling temperature (0: greedy)
 
 @dataclass
@@ -289,43 +299,43 @@ def _account(rec: FlowRecord, role: FlowRole, prompt_tokens: int, completion_tok
     rec.tokens[role.value][0] += prompt_tokens; rec.tokens[role.value][1] += completion_tokens; rec.calls[role.value] += 1
 
 # %% ../nbs/11_agentflow.ipynb #e8e1a400
-def _call(modules: FlowModules, role: FlowRole, backend: Backend, flows: list, instructions: list[str]) -> list:
-    "One call of a fixed module per flow, on the flow's memory (its tokens accounted); the completions."
+def _call(modules: FlowModules, role: FlowRole, backend: Backend, flows: list, instructions: list[str], memory_chars: int) -> list:
+    "One call of a fixed module per flow, on the flow's memory within `memory_chars` (its tokens accounted); the completions."
     spec = FLOW_ROLES[role]
-    prompts = [flow_prompt(role, f.task["question"], f.memory.render(), ins, modules.tokenizer) for f, ins in zip(flows, instructions)]
+    prompts = [flow_prompt(role, f.task["question"], f.memory.render(memory_chars), ins, modules.tokenizer) for f, ins in zip(flows, instructions)]
     comps = backend.generate(prompts, stop=list(spec.stop), max_new_tokens=spec.max_new_tokens) if flows else []
     for f, c in zip(flows, comps): _account(f.rec, role, c.prompt_tokens, c.completion_tokens)
     return comps
 
-def _execute(modules: FlowModules, flows: list, decisions: list[Decision], turn: int) -> None:
+def _execute(modules: FlowModules, flows: list, decisions: list[Decision], turn: int, memory_chars: int) -> None:
     "Executor calls for the flows whose planner named a tool, then the tools; one memory step per flow."
     need = [i for i, d in enumerate(decisions) if d.tool is not None]
     comps = dict(zip(need, _call(modules, FlowRole.EXECUTOR, modules.executor, [flows[i] for i in need],
-                                 [executor_instruction(decisions[i]) for i in need])))
+                                 [executor_instruction(decisions[i]) for i in need], memory_chars)))
     for i, (f, d) in enumerate(zip(flows, decisions)):
         command, result = "", "Error: the planner named no known tool."
         if i in comps:
             c = comps[i]
             call = find_tool_call(c.text + (c.stop or ""))
             if call is None:
-                result = _oneline(re.sub(r"</?report>", "", c.text))[:300] or "Failed: the executor made no call."
+                result = one_line(re.sub(r"</?report>", "", c.text))[:300] or "Failed: the executor made no call."
             elif TOOL_OF_TAG.get(call.name) is not d.tool:
                 result = f"Error: the executor called {call.name}, not {d.tool.value}."
             else:
                 command, result = call.argument, f.box(ToolCall(call.name, call.argument))
-        f.memory.add(MemoryStep(turn, d.sub_goal, d.tool.value if d.tool else _oneline(d.text)[:30] or "none", command, result))
+        f.memory.add(MemoryStep(turn, d.sub_goal, d.tool.value if d.tool else INVALID_TOOL, command, result))
 
 # %% ../nbs/11_agentflow.ipynb #4aa9a9c3
-def _verify(modules: FlowModules, flows: list) -> None:
+def _verify(modules: FlowModules, flows: list, memory_chars: int) -> None:
     "The verifier's verdict on each flow's memory, kept on its last step; STOP ends the flow."
-    for f, c in zip(flows, _call(modules, FlowRole.VERIFIER, modules.verifier, flows, ["STOP or CONTINUE?"] * len(flows))):
+    for f, c in zip(flows, _call(modules, FlowRole.VERIFIER, modules.verifier, flows, ["STOP or CONTINUE?"] * len(flows), memory_chars)):
         verdict, reason = parse_verdict_line(c.text)
         f.memory.steps[-1].verdict, f.memory.steps[-1].reason = verdict.value, reason
         if verdict is Verdict.STOP: f.rec.stopped = True
 
-def _generate(modules: FlowModules, flows: list) -> None:
+def _generate(modules: FlowModules, flows: list, memory_chars: int) -> None:
     "The generator's answer from each flow's memory, and its reward."
-    for f, c in zip(flows, _call(modules, FlowRole.GENERATOR, modules.generator, flows, ["The answer?"] * len(flows))):
+    for f, c in zip(flows, _call(modules, FlowRole.GENERATOR, modules.generator, flows, ["The answer?"] * len(flows), memory_chars)):
         f.rec.answer = extract_answer(c.text + (c.stop or ""))
         f.rec.reward = score(f.task, f.rec.answer)
 
@@ -354,10 +364,10 @@ def solve(tasks: Sequence[dict] | dict, modules: FlowModules, max_turns: int = 5
         for f, p, o in zip(active, prompts, outs):
             _account(f.rec, FlowRole.PLANNER, o.prompt_tokens, o.completion_tokens)
             f.rec.planner_turns.append(dict(prompt=p, text=o.text, prompt_ids=o.prompt_ids, completion_ids=o.completion_ids, logprobs=o.logprobs))
-        _execute(modules, active, [parse_decision(o.text) for o in outs], turn)
-        _verify(modules, active)
+        _execute(modules, active, [parse_decision(o.text) for o in outs], turn, limits.module_memory_chars)
+        _verify(modules, active, limits.module_memory_chars)
         for f in active: f.rec.turns = turn
-    _generate(modules, flows)
+    _generate(modules, flows, limits.module_memory_chars)
     wall = (time.perf_counter() - t0) / max(1, len(flows))
     for f in flows: f.rec.memory, f.rec.wall_s = [asdict(s) for s in f.memory.steps], wall
     return [f.rec for f in flows]

@@ -11,7 +11,7 @@ from typing import Iterable, Sequence
 from .agentflow import (COA_TAG, BackendPlanner, FlowModules, FlowRole, FlowTool, MemoryStep, parse_tool, read_memory,
                                render_decision)
 from .llm import ScriptedBackend
-from .tools import _oneline
+from .tools import one_line
 from .tokenizer import IM_END
 from .teacher import (MistakeKnobs, ParsedPrompt, _answer_like, _contains, code_policy, plan_steps, prompt_rng, step_groups,
                              task_registry)
@@ -29,8 +29,13 @@ class FlowKnobs:
     verifier_skip_p: float = 0.03     # the verifier stops without checking
     wrong_name_p: float = 0.06        # the scripted planner copies a wrong name into a sub-goal
 
-_Q_RE = re.compile(r"Question: (.*?)\nTools:\n", re.S)
-_MEM_RE = re.compile(r"\nMemory:\n(.*?)\nNow: (.*?)(?:" + re.escape(IM_END) + r"|$)", re.S)
+_ROLE_RE = re.compile(r"Role: (\w+)\.")
+
+def _between(text: str, start: str, end: str) -> tuple[str, int] | None:
+    "The text from the first `start` to the first `end` after it, and where that `end` ends; None if either is missing."
+    i = text.find(start)
+    j = text.find(end, i + len(start)) if i >= 0 else -1
+    return (text[i + len(start):j], j + len(end)) if j >= 0 else None
 
 @dataclass
 class FlowPrompt:
@@ -41,11 +46,13 @@ class FlowPrompt:
     instruction: str
 
 def read_flow_prompt(prompt: str) -> FlowPrompt:
-    "Role, question, memory steps and instruction of a `flow_prompt`; never raises."
-    m = re.search(r"Role: (\w+)\.", prompt or "")
+    "Role, question, memory steps and instruction of a `flow_prompt`; never raises, linear time (`str.find`, no lazy regex scans)."
+    prompt = prompt if isinstance(prompt, str) else ""
+    m = _ROLE_RE.search(prompt)
     role = next((r for r in FlowRole if m and r.value == m.group(1)), None)
-    q, mem = _Q_RE.search(prompt or ""), _MEM_RE.search(prompt or "")
-    return FlowPrompt(role, q.group(1) if q else "", read_memory(mem.group(1)) if mem else [], mem.group(2).strip() if mem else "")
+    q, mem = _between(prompt, "Question: ", "\nTools:\n"), _between(prompt, "\nMemory:\n", "\nNow: ")
+    instruction = prompt[mem[1]:].partition(IM_END)[0].strip() if mem else ""
+    return FlowPrompt(role, q[0] if q else "", read_memory(mem[0]) if mem else [], instruction)
 
 # %% ../nbs/11a_scripted_flow.ipynb #bf9be988
 def _facts(task: dict) -> list[str]: return [s["fact"] for s in task["_meta"].get("path") or [] if s.get("tool") == "web_search"]
@@ -61,7 +68,7 @@ def read_answer(task: dict, steps: Sequence[MemoryStep], rng: random.Random, kno
         if kind == "code":
             good = [s for s in runs if "example passed" in s.result]
             return good[-1].command.split("\nassert ", 1)[0].strip() if good else None
-        return _oneline(runs[-1].result).split(" ")[-1] if runs and runs[-1].result.strip() else None
+        return one_line(runs[-1].result).split(" ")[-1] if runs and runs[-1].result.strip() else None
     facts = _facts(task) if kind == "comparison" else _facts(task)[-1:]
     where = [[s for s in steps if _contains(s.result, f)] for f in facts]
     if not facts or not all(where): return None
@@ -106,12 +113,11 @@ def sub_goal_argument(sub_goal: str) -> str:
     "The search query or page title a sub-goal names: without its leading verb and final full stop."
     return _VERB_RE.sub("", sub_goal or "").strip().rstrip(".").strip()
 
-_EXEC_RE = re.compile(r"Sub-goal: (.*?)\nTool: (\w*)", re.S)
 
 def executor_call(task: dict, p: FlowPrompt, rng: random.Random, knobs: FlowKnobs) -> str:
     "The scripted executor: the sub-goal as a query or title, or Python written by the teacher's code agent from the memory."
-    m = _EXEC_RE.search(p.instruction)
-    sub_goal, tool = (m.group(1), parse_tool(m.group(2))) if m else ("", None)
+    m = _between(p.instruction, "Sub-goal: ", "\nTool: ")
+    sub_goal, tool = (m[0], parse_tool(re.match(r"\w*", p.instruction[m[1]:]).group())) if m else ("", None)
     if tool in (FlowTool.SEARCH, FlowTool.LOOKUP):
         arg = sub_goal_argument(sub_goal)
         return f"<{COA_TAG[tool]}>{arg}</{COA_TAG[tool]}>" if arg else "<report>Failed: the sub-goal names nothing to look up.</report>"
@@ -132,7 +138,7 @@ def verifier_line(task: dict, p: FlowPrompt, rng: random.Random, knobs: FlowKnob
         return "STOP: the memory holds the evidence for an answer."
     last = p.steps[-1] if p.steps else None
     if last is not None and re.match(r"(Error|Failed|No such page)", last.result):
-        return f"CONTINUE: step {last.turn} failed ({_oneline(last.result)[:60]})."
+        return f"CONTINUE: step {last.turn} failed ({one_line(last.result)[:60]})."
     return "CONTINUE: the memory does not answer the question yet."
 
 def generator_answer(task: dict, p: FlowPrompt, rng: random.Random, knobs: FlowKnobs) -> str:

@@ -22,7 +22,8 @@ from .tasks import corpus_for_task
 
 # %% auto #0
 __all__ = ['STOPWORDS', 'TOKENIZER_VERSION', 'SEARCH_TOP_K', 'ALREADY_CALLED', 'NO_CORPUS', 'TOOL_LRU_SIZE', 'content_hash',
-           'Pages', 'as_pages', 'tokenize', 'SearchTool', 'CrawlTool', 'ToolStats', 'normalise_argument', 'ToolBox']
+           'Pages', 'as_pages', 'tokenize', 'one_line', 'SearchTool', 'CrawlTool', 'ToolStats', 'normalise_argument',
+           'ToolBox']
 
 # %% ../nbs/02_tools.ipynb #7260ba30
 def content_hash(titles: Sequence[str], texts: Sequence[str]) -> str:
@@ -72,7 +73,9 @@ def tokenize(text: str) -> list[str]:
     "Lower-cased word tokens of `text` without stopwords."
     return [w for w in _WORD_RE.findall(text.lower()) if w not in STOPWORDS]
 
-def _oneline(s: str) -> str: return " ".join(s.split())
+def one_line(s: str) -> str:
+    "`s` on one line: every run of whitespace (newlines included) becomes one space, ends stripped."
+    return " ".join(s.split())
 
 _NO_WORDS = "<no-words>"   # stands in for a page without words (no query can produce it: tokens are \w+ runs)
 
@@ -152,7 +155,7 @@ def _sentences(self: SearchTool, page: int) -> list[tuple[str, frozenset]]:
     "The page's sentences with their word sets (computed once per page, on first use)."
     got = self._sent_cache.get(page)
     if got is None:
-        sents = [x for x in _SENT_RE.split(_oneline(self.pages.texts[page])) if x]
+        sents = [x for x in _SENT_RE.split(one_line(self.pages.texts[page])) if x]
         got = self._sent_cache[page] = [(x, frozenset(_WORD_RE.findall(x.lower()))) for x in sents]
     return got
 
@@ -174,7 +177,7 @@ def snippet(self: SearchTool, page: int, words: Sequence[str]) -> str:
 def search(self: SearchTool, query: str) -> str:
     "Observation text: the top-k page titles with snippets, or a clear message when nothing matches."
     if not isinstance(query, str) or not query.strip(): return "Error: empty search query. Write a few keywords."
-    q = _oneline(query)
+    q = one_line(query)
     hits = self.top_pages(q)
     if not hits:
         shown = q if len(q) <= 80 else q[:77] + "..."
@@ -231,7 +234,7 @@ class CrawlTool:
     def crawl(self, title: str) -> str:
         "Observation text: the page (truncated with a note when long), or 'no such page' with suggestions."
         if not isinstance(title, str) or not title.strip(): return "Error: empty page title."
-        want = _oneline(_title_from_arg(title))[:300]
+        want = one_line(_title_from_arg(title))[:300]
         i, suggestions = self.find(want)
         if i is None:
             hint = " Closest titles: " + "; ".join(suggestions) + "." if suggestions else " Try <web_search> first."
@@ -259,14 +262,14 @@ class ToolStats:
         "Plain dicts, JSON-ready."
         return {k: dict(getattr(self, k)) for k in ("calls", "cache_hits", "errors", "misses", "seconds")}
 
-def _query_key(q: str) -> str: return " ".join(sorted(set(tokenize(q)))) or _oneline(q).casefold()
+def _query_key(q: str) -> str: return " ".join(sorted(set(tokenize(q)))) or one_line(q).casefold()
 def _page_key(t: str) -> str: return _title_key(_title_from_arg(t))
 def _code_key(c: str) -> str: return c.strip()
 _ARG_KEYS: dict[str, Callable[[str], str]] = {"web_search": _query_key, "crawl_page": _page_key, "code": _code_key}
 
 def normalise_argument(tool: str, argument: str) -> str:
     "The key under which two calls are 'the same call', i.e. would give the same observation."
-    return _ARG_KEYS.get(tool, _oneline)(argument)
+    return _ARG_KEYS.get(tool, one_line)(argument)
 
 # %% ../nbs/02_tools.ipynb #aec65a23
 _TOOL_LRU: OrderedDict[tuple, tuple[SearchTool, CrawlTool]] = OrderedDict()
