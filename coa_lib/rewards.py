@@ -236,8 +236,7 @@ def unit_test_reward(code: str, tests: str | Sequence[str], entry_point: str | N
     marker = f"ALL-TESTS-PASSED-{secrets.token_hex(8)}"
     program = _test_program(extract_code(str(code), entry_point), tests, entry_point, marker)
     result = run_python(program, timeout_s=timeout_s, memory_mb=memory_mb)
-    if not result.ok and (result.error or "").startswith(("SandboxUnavailable", "SandboxError")):
-        raise SandboxUnavailableError(result.error)
+    if result.sandbox_failed: raise SandboxUnavailableError(result.error)     # told by a channel the code cannot write
     return float(bool(result.ok) and not result.timed_out and marker in (result.stdout or "").splitlines())
 
 # %% ../nbs/03_rewards.ipynb #87034c60

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['SANDBOX_UID', 'BWRAP_CANDIDATES', 'SYSTEM_DIRS', 'ETC_FILES', 'SECCOMP_DENY', 'RECHECK_FAILED_S', 'MAX_CODE_CHARS',
-           'ExecResult', 'SandboxLimits', 'bootstrap_code', 'allowed_mounts', 'seccomp_filter', 'bwrap_command',
-           'SandboxInfo', 'sandbox_info', 'sandbox_available', 'run_python']
+__all__ = ['SANDBOX_UID', 'BWRAP_CANDIDATES', 'SYSTEM_DIRS', 'ETC_FILES', 'SECCOMP_DENY', 'SECCOMP_CHECKED', 'RECHECK_FAILED_S',
+           'MAX_CODE_CHARS', 'ExecResult', 'SandboxLimits', 'bootstrap_code', 'allowed_mounts', 'seccomp_filter',
+           'bwrap_command', 'SandboxInfo', 'sandbox_info', 'sandbox_available', 'run_python']
 
 # %% ../nbs/02a_sandbox.ipynb #319c262b
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class ExecResult:
     timed_out: bool = False
     isolated: bool = True      # False only for allow_unisolated=True runs without a sandbox
     seconds: float = 0.0
+    sandbox_failed: bool = False   # True only when the sandbox itself could not run the code: never the code's doing
 
     def observation(self, max_chars: int = 2000) -> str:
         "The observation text for a model: stdout, then the error if it failed."
@@ -49,7 +50,7 @@ class SandboxLimits:
     memory_mb: int = 512           # address space per process (RLIMIT_AS)
     nproc: int = 16                # processes + threads inside the sandbox (RLIMIT_NPROC)
     fsize_mb: int = 16             # largest file it may write (RLIMIT_FSIZE)
-    nofile: int = 64               # open file descriptors (RLIMIT_NOFILE)
+    nofile: int = 32               # open file descriptors per process (RLIMIT_NOFILE); also bounds socket and pipe buffers
     tmpfs_mb: int = 64             # size of its private /tmp (working dir) and /dev/shm
     max_output_chars: int = 8000   # kept per stream (stdout, stderr); the rest is cut with a note
     kill_output_bytes: int = 2_000_000  # a program writing more than this in total is stopped
@@ -58,7 +59,7 @@ class SandboxLimits:
     def cpu_s(self) -> int: return int(math.ceil(self.timeout_s)) + 1
 
 # %% ../nbs/02a_sandbox.ipynb #d4e881d7
-_BOOT = """import sys,resource as R
+_BOOT = """import os,sys,resource as R,_signal as Z
 try:
     with open('/proc/self/oom_score_adj','w') as f: f.write('1000')
 except OSError: pass
@@ -68,24 +69,31 @@ sys.path+=[p for p in site.getsitepackages() if p not in sys.path]
 src=sys.stdin.buffer.read()
 with open('main.py','wb') as f: f.write(src)
 R.setrlimit(R.RLIMIT_FSIZE,({fsize},{fsize}))
+os.write({status},b'R')
+Z.signal(Z.SIGINT,Z.SIG_DFL)
+pid=os.fork()
+if pid:
+    while (w:=os.wait())[0]!=pid: pass
+    st=os.waitstatus_to_exitcode(w[1]); os.write({status},b'=%d'%st); os._exit(st if st>=0 else 128-st)
+os.close({status}); Z.signal(Z.SIGINT,Z.default_int_handler)
 sys.argv=['main.py']
 m=type(sys)('__main__'); m.__file__='main.py'; m.__builtins__=__builtins__; sys.modules['__main__']=m; g=m.__dict__
 try: code=compile(src,'main.py','exec')
 except (SyntaxError,ValueError) as e:
     import traceback; traceback.print_exception(type(e),e,None); sys.exit(1)
-del src,f,k,v,m,site
+del src,f,k,v,m,site,pid,Z
 try: exec(code,g)
 except SystemExit: raise
 except BaseException as e:
     import traceback; traceback.print_exception(type(e),e,e.__traceback__.tb_next); sys.exit(1)
 """
 
-def bootstrap_code(lim: SandboxLimits) -> str:
-    "The `-c` program that sets the rlimits, then runs the snippet read from stdin as `main.py`."
+def bootstrap_code(lim: SandboxLimits, status_fd: int) -> str:
+    "The `-c` program: set the rlimits, read the snippet from stdin, write `R` on `status_fd`, fork it as `main.py` and record its exit."
     mb = 1 << 20
     limits = (f"((R.RLIMIT_AS,{lim.memory_mb * mb}),(R.RLIMIT_CPU,{lim.cpu_s}),(R.RLIMIT_NPROC,{lim.nproc}),"
               f"(R.RLIMIT_NOFILE,{lim.nofile}),(R.RLIMIT_CORE,0))")
-    return _BOOT.format(limits=limits, fsize=lim.fsize_mb * mb)
+    return _BOOT.format(limits=limits, fsize=lim.fsize_mb * mb, status=int(status_fd))
 
 # %% ../nbs/02a_sandbox.ipynb #a136692c
 SANDBOX_UID = 65534   # 'nobody': the uid bwrap runs as when the caller is root
@@ -112,31 +120,68 @@ def allowed_mounts(python: str) -> tuple[str, ...]:
     if not any(_is_under(prefix, d) for d in SYSTEM_DIRS): args += ["--ro-bind", prefix, prefix]
     return tuple(args)
 
-# Memory that RLIMIT_AS does not count: SysV IPC objects (they outlive their process in the sandbox's IPC namespace) and
-# memory files. Their system calls fail with ENOSYS inside the sandbox; so does every call of another ABI (i386, x32).
+# System calls that fail with ENOSYS inside the sandbox, as on a kernel without them: the memory RLIMIT_AS does not count
+# (SysV IPC objects outlive their process in the sandbox's IPC namespace; memory files), the kernel's key store (the
+# caller's session keyring is inherited across the change of user) and io_uring (it makes sockets and sets their options
+# where the filter cannot see the arguments). So does every call of another ABI (i386, x32).
 SECCOMP_DENY = {   # platform.machine() -> (AUDIT_ARCH_*, {system call: number})
-    "x86_64": (0xC000003E, {"shmget": 29, "semget": 64, "msgget": 68, "memfd_create": 319, "memfd_secret": 447}),
-    "aarch64": (0xC00000B7, {"msgget": 186, "semget": 190, "shmget": 194, "memfd_create": 279, "memfd_secret": 447}),
+    "x86_64": (0xC000003E, {"shmget": 29, "semget": 64, "msgget": 68, "add_key": 248, "request_key": 249, "keyctl": 250,
+                            "memfd_create": 319, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+                            "memfd_secret": 447}),
+    "aarch64": (0xC00000B7, {"msgget": 186, "semget": 190, "shmget": 194, "add_key": 217, "request_key": 218, "keyctl": 219,
+                             "memfd_create": 279, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+                             "memfd_secret": 447}),
 }
+# System calls whose arguments the filter checks (socket buffers are memory no rlimit counts; see `seccomp_filter`)
+SECCOMP_CHECKED = {"x86_64": {"socket": 41, "socketpair": 53, "setsockopt": 54, "fcntl": 72},
+                   "aarch64": {"fcntl": 25, "socket": 198, "socketpair": 199, "setsockopt": 208}}
 
 # %% ../nbs/02a_sandbox.ipynb #90e8dca8
+_K = dict(AF_UNIX=1, AF_INET=2, AF_INET6=10, SOCK_STREAM=1, SOCK_DGRAM=2, SOCK_TYPE_MASK=0xF, IPPROTO_UDP=17, SOL_SOCKET=1,
+          SO_SNDBUF=7, SO_RCVBUF=8, SO_SNDBUFFORCE=32, SO_RCVBUFFORCE=33, F_SETPIPE_SZ=1031)   # Linux's values, every ABI
+
+def _assemble(prog: list) -> bytes:
+    "Classic BPF from `(code, k[, label if true, label if false])` and label strings; a missing or None label falls through."
+    at, n = {}, 0
+    for x in prog:
+        if isinstance(x, str): at[x] = n
+        else: n += 1
+    out = []
+    for i, (code, k, *jumps) in enumerate(x for x in prog if not isinstance(x, str)):
+        rel = [0 if label is None else at[label] - i - 1 for label in (*jumps, None, None)[:2]]   # forward only: struct rejects < 0, > 255
+        out.append(struct.pack("=HBBI", code, *rel, k))
+    return b"".join(out)
+
 @functools.lru_cache(maxsize=4)
 def seccomp_filter(machine: str | None = None) -> bytes | None:
     "The classic-BPF program bwrap loads with `--seccomp` (None on an architecture without a table above)."
-    arch, nrs = SECCOMP_DENY.get(machine or platform.machine(), (None, {}))
-    if arch is None: return None
-    LD, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06     # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
-    ALLOW, DENY = 0x7FFF0000, 0x00050000 | errno.ENOSYS   # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | ENOSYS
-    ins = lambda code, k, jt=0, jf=0: struct.pack("=HBBI", code, jt, jf, k)
-    checks = ([(JGE, 0x40000000)] if arch == 0xC000003E else []) + [(JEQ, n) for n in sorted(nrs.values())]   # x32 calls first
-    prog = [ins(LD, 4), ins(JEQ, arch, 1, 0), ins(RET, DENY), ins(LD, 0)]          # seccomp_data.arch, then .nr
-    prog += [ins(op, k, len(checks) - i, 0) for i, (op, k) in enumerate(checks)]   # a match jumps to the final DENY
-    return b"".join(prog + [ins(RET, ALLOW), ins(RET, DENY)])
+    machine = machine or platform.machine()
+    if machine not in SECCOMP_DENY: return None
+    (arch, off), nr, K = SECCOMP_DENY[machine], SECCOMP_CHECKED[machine], _K
+    LD, AND, JEQ, JGE, RET = 0x20, 0x54, 0x15, 0x35, 0x06      # BPF_LD|W|ABS, BPF_ALU|AND|K, BPF_JMP|JEQ|K, |JGE|K, BPF_RET|K
+    ALLOW, ERR = 0x7FFF0000, 0x00050000                        # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | errno
+    arg = lambda i: (LD, 16 + 8 * i)                           # the low 32 bits of argument i: these calls take ints
+    on = lambda k, to: (JEQ, k, to)                            # to `to` if equal, else on
+    unless = lambda k, to: (JEQ, k, None, to)                  # on if equal, else to `to`
+    prog = [(LD, 4), unless(arch, "nosys"), (LD, 0)]           # seccomp_data.arch, then .nr
+    if arch == 0xC000003E: prog.append((JGE, 0x40000000, "nosys"))          # x32 calls
+    prog += [on(n, "nosys") for n in sorted(off.values())] + [on(nr[c], c) for c in nr] + [(RET, ALLOW)]
+    prog += ["socket", arg(0), on(K["AF_INET"], "udp"), on(K["AF_INET6"], "udp"), (RET, ERR | errno.EACCES),
+             "udp", arg(1), (AND, K["SOCK_TYPE_MASK"]), unless(K["SOCK_DGRAM"], "eacces"),   # UDP on its own loopback only
+             arg(2), on(0, "allow"), on(K["IPPROTO_UDP"], "allow"), (RET, ERR | errno.EACCES),
+             "socketpair", arg(0), unless(K["AF_UNIX"], "eacces"), arg(1), (AND, K["SOCK_TYPE_MASK"]),
+             on(K["SOCK_STREAM"], "allow"), (RET, ERR | errno.EACCES),
+             "setsockopt", arg(1), unless(K["SOL_SOCKET"], "allow"), arg(2),
+             *[on(K[o], "eperm") for o in ("SO_SNDBUF", "SO_RCVBUF", "SO_SNDBUFFORCE", "SO_RCVBUFFORCE")], (RET, ALLOW),
+             "fcntl", arg(1), on(K["F_SETPIPE_SZ"], "eperm"),
+             "allow", (RET, ALLOW), "eperm", (RET, ERR | errno.EPERM), "eacces", (RET, ERR | errno.EACCES),
+             "nosys", (RET, ERR | errno.ENOSYS)]
+    return _assemble(prog)
 
-def bwrap_command(bwrap: str, python: str, lim: SandboxLimits, info_fd: int, seccomp_fd: int | None = None) -> list[str]:
-    "The bwrap command line of one sandboxed run (`seccomp_fd`: a pipe holding `seccomp_filter()`)."
+def bwrap_command(bwrap: str, python: str, lim: SandboxLimits, info_fd: int, status_fd: int, seccomp_fd: int | None = None) -> list[str]:
+    "The bwrap command line of one sandboxed run (`status_fd`: the bootstrap's status pipe; `seccomp_fd`: a pipe holding `seccomp_filter()`)."
     size = str(lim.tmpfs_mb << 20)
-    return [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+    return [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1",
             "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox",
             *allowed_mounts(python), "--dev", "/dev", "--proc", "/proc",
             "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
@@ -144,7 +189,7 @@ def bwrap_command(bwrap: str, python: str, lim: SandboxLimits, info_fd: int, sec
             *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
             "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp/work",
             "--setenv", "LANG", "C.UTF-8", "--setenv", "TMPDIR", "/tmp",
-            python, "-I", "-S", "-B", "-u", "-c", bootstrap_code(lim)]
+            python, "-I", "-S", "-B", "-u", "-c", bootstrap_code(lim, status_fd)]
 
 # %% ../nbs/02a_sandbox.ipynb #9c5a6f1c
 _SIGNAL_HINTS = {signal.SIGSEGV: "segmentation fault", signal.SIGXCPU: "CPU time limit exceeded",
@@ -165,20 +210,27 @@ def _tail_error(stderr: str, n: int = 4) -> str:
         if lines[0].startswith("    ") and len(lines) > 1: lines = lines[1:]   # start at a 'File ...' line if we can
     return "\n".join(l[:300] for l in lines[-n:])
 
-def _describe_exit(rc: int, stderr: str, lim: SandboxLimits) -> str | None:
-    "None for success, else a short model-readable reason."
-    if rc == 0: return None
-    if rc > 128 and (rc - 128) in set(signal.Signals):
-        sig = signal.Signals(rc - 128)
+def _describe_exit(status: int, stderr: str, lim: SandboxLimits) -> str | None:
+    "None for success, else a short model-readable reason; `status` is the exit code, or minus the signal that killed the program."
+    if status == 0: return None
+    tail = _tail_error(stderr)
+    if status < 0:
+        sig = signal.Signals(-status) if -status in set(signal.Signals) else None
         hint = _SIGNAL_HINTS.get(sig, "killed by a signal")
         if sig == signal.SIGKILL: hint = f"killed (out of memory or over the {lim.nproc}-process limit?)"
-        tail = _tail_error(stderr)
-        return f"Crashed: the process died with {sig.name} ({hint})" + (f"\n{tail}" if tail else "")
-    tail = _tail_error(stderr)
+        return f"Crashed: the process died with {sig.name if sig else f'signal {-status}'} ({hint})" + (f"\n{tail}" if tail else "")
     if tail:
         traceback_like = tail.splitlines()[0].startswith(("Traceback", "  File", "    ")) or "Error" in tail.splitlines()[-1]
-        return tail if rc == 1 and traceback_like else f"{tail}\n(exit code {rc})"
-    return f"SystemExit: exit code {rc}"
+        return tail if status == 1 and traceback_like else f"{tail}\n(exit code {status})"
+    return f"SystemExit: exit code {status}"
+
+_RECORD = re.compile(rb"R=(-?\d{1,3})")
+
+def _exit_status(record: bytes, rc: int) -> int:
+    "The program's exit code (< 0: minus its signal) from the supervisor's record if it agrees with `rc`, else read from `rc` alone."
+    m = _RECORD.fullmatch(record)
+    if m and rc == (int(m[1]) if int(m[1]) >= 0 else 128 - int(m[1])): return int(m[1])
+    return 128 - rc if rc > 128 else rc          # no record: the supervisor itself died (128 + its signal) or, unisolated, Popen's -signal
 
 # %% ../nbs/02a_sandbox.ipynb #bc079cfe
 def _wait_info(fd: int, deadline: float) -> dict:
@@ -229,6 +281,17 @@ def _seccomp_fd() -> int | None:
     r, w = os.pipe(); os.write(w, prog); os.close(w)
     return r
 
+def _read_record(fd: int) -> bytes:
+    "What the bootstrap wrote on its status pipe (read once every writer is gone): `R`, then `=<exit status>`; at most 64 bytes."
+    os.set_blocking(fd, False)
+    data = b""
+    while len(data) < 64:
+        try: chunk = os.read(fd, 64 - len(data))
+        except BlockingIOError: break
+        if not chunk: break
+        data += chunk
+    return data
+
 def _kill_sandbox(proc: subprocess.Popen, init: int | None) -> None:
     "SIGKILL the sandbox's init (its pidfd `init`; without one, bwrap's death takes it along), then bwrap's group; reap bwrap."
     if proc.poll() is None: _kill_init(init)
@@ -238,6 +301,20 @@ def _kill_sandbox(proc: subprocess.Popen, init: int | None) -> None:
         try: os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError: pass
         proc.wait()
+
+def _finish(out: bytes, err: bytes, why: str, rc: int, record: bytes, lim: SandboxLimits, t0: float, isolated: bool = True) -> ExecResult:
+    "The result of a run: stopped (timeout, output flood), the sandbox's own failure (no `R` on the status pipe), or the program's exit."
+    stdout, stderr, dt = _clean(out, lim.max_output_chars), _clean(err, lim.max_output_chars), time.monotonic() - t0
+    if why == "timeout":
+        return ExecResult(False, stdout, stderr, f"TimeoutError: code ran longer than {lim.timeout_s:g} s and was stopped", True, isolated, dt)
+    if why == "output":
+        return ExecResult(False, stdout, stderr, f"OutputLimitError: the program wrote more than {lim.kill_output_bytes:,} bytes and was stopped",
+                          False, isolated, dt)
+    if not record.startswith(b"R"):     # the bootstrap never reached the code: whatever the output says, not the code's fault
+        who = "bwrap failed to set up the sandbox" if isolated else "the interpreter failed to start"
+        return ExecResult(False, "", stderr, f"SandboxError: {who}: {_tail_error(stderr, 2)}", False, isolated, dt, sandbox_failed=True)
+    err_msg = _describe_exit(_exit_status(record, rc), stderr, lim)
+    return ExecResult(err_msg is None, stdout, stderr, err_msg, False, isolated, dt)
 
 # %% ../nbs/02a_sandbox.ipynb #d7608683
 def _communicate(proc: subprocess.Popen, data: bytes, deadline: float, lim: SandboxLimits) -> tuple[bytes, bytes, str]:
@@ -275,58 +352,52 @@ def _communicate(proc: subprocess.Popen, data: bytes, deadline: float, lim: Sand
 def _run_sandboxed(code: str, lim: SandboxLimits, bwrap: str, python: str) -> ExecResult:
     "One run of `code` inside bwrap; never raises for anything the code does."
     t0 = time.monotonic()
-    info_r, info_w = os.pipe()
+    (info_r, info_w), (rec_r, rec_w) = os.pipe(), os.pipe()
     sc_fd = _seccomp_fd()
-    cmd, kw = bwrap_command(bwrap, python, lim, info_w, sc_fd), {}
+    cmd, kw = bwrap_command(bwrap, python, lim, info_w, rec_w, sc_fd), {}
     if os.geteuid() == 0:            # drop root before bwrap; setpriv keeps Popen on the cheap vfork path (user= forks)
         setpriv = shutil.which("setpriv", path="/usr/bin:/bin")
         if setpriv: cmd = [setpriv, f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--", *cmd]
         else: kw = dict(user=SANDBOX_UID, group=SANDBOX_UID, extra_groups=[])
+    passed = tuple(fd for fd in (info_w, rec_w, sc_fd) if fd is not None)
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={}, cwd="/",
-                                pass_fds=(info_w,) if sc_fd is None else (info_w, sc_fd), start_new_session=True, **kw)
+                                pass_fds=passed, start_new_session=True, **kw)
     except OSError as e:
-        for fd in (info_r, info_w, sc_fd):
-            if fd is not None: os.close(fd)
-        return ExecResult(False, "", "", f"SandboxError: could not start bwrap: {e}", seconds=time.monotonic() - t0)
-    os.close(info_w)
-    if sc_fd is not None: os.close(sc_fd)
-    info, init = {}, None
+        for fd in (info_r, rec_r, *passed): os.close(fd)
+        return ExecResult(False, "", "", f"SandboxError: could not start bwrap: {e}", seconds=time.monotonic() - t0, sandbox_failed=True)
+    for fd in passed: os.close(fd)
+    init = None
     try:
-        info = _wait_info(info_r, t0 + lim.timeout_s)
-        init = _init_pidfd(info, proc.pid)
+        init = _init_pidfd(_wait_info(info_r, t0 + lim.timeout_s), proc.pid)
         out, err, why = _communicate(proc, code.encode("utf-8", errors="replace"), t0 + lim.timeout_s, lim)
         if why: _kill_sandbox(proc, init)
         rc = proc.wait()
     except BaseException:                       # KeyboardInterrupt in the caller: never leave the sandbox behind
         _kill_sandbox(proc, init); raise
     finally:
-        _end_init(init)                         # bwrap returns when the program exits, its init (and any daemon) dies just after
+        _end_init(init)                         # bwrap returns when the program exits; this makes sure its init is gone
         for f in (proc.stdin, proc.stdout, proc.stderr):
             if f and not f.closed: f.close()
-        os.close(info_r)
-    stdout, stderr = _clean(out, lim.max_output_chars), _clean(err, lim.max_output_chars)
-    dt = time.monotonic() - t0
-    if why == "timeout":
-        return ExecResult(False, stdout, stderr, f"TimeoutError: code ran longer than {lim.timeout_s:g} s and was stopped", True, seconds=dt)
-    if why == "output":
-        return ExecResult(False, stdout, stderr, f"OutputLimitError: the program wrote more than {lim.kill_output_bytes:,} bytes and was stopped", seconds=dt)
-    if rc != 0 and (not info or (not out and stderr.startswith("bwrap: "))):   # bwrap failed before starting the program:
-        return ExecResult(False, "", stderr, f"SandboxError: bwrap failed to set up the sandbox: {_tail_error(stderr, 2)}", seconds=dt)  # not the code's fault
-    err_msg = _describe_exit(rc, stderr, lim)
-    return ExecResult(err_msg is None, stdout, stderr, err_msg, seconds=dt)
+        record = _read_record(rec_r)            # every writer has exited: what the bootstrap said is all there
+        for fd in (info_r, rec_r): os.close(fd)
+    return _finish(out, err, why, rc, record, lim, t0)
 
 # %% ../nbs/02a_sandbox.ipynb #0caef157
 def _run_unisolated(code: str, lim: SandboxLimits, python: str) -> ExecResult:
     "Run `code` in a plain subprocess with rlimits and a timeout (NOT a sandbox); the result has isolated=False."
     t0 = time.monotonic()
+    rec_r, rec_w = os.pipe()
     with tempfile.TemporaryDirectory(prefix="coa-unisolated-") as wd:
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": wd, "LANG": "C.UTF-8", "TMPDIR": wd}
         try:
-            proc = subprocess.Popen([python, "-I", "-S", "-B", "-u", "-c", bootstrap_code(lim)], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=wd, start_new_session=True)
+            proc = subprocess.Popen([python, "-I", "-S", "-B", "-u", "-c", bootstrap_code(lim, rec_w)], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=wd, start_new_session=True,
+                                    pass_fds=(rec_w,))
         except OSError as e:
-            return ExecResult(False, "", "", f"SandboxError: could not start python: {e}", isolated=False)
+            for fd in (rec_r, rec_w): os.close(fd)
+            return ExecResult(False, "", "", f"SandboxError: could not start python: {e}", isolated=False, sandbox_failed=True)
+        os.close(rec_w)
         deadline, rc = t0 + lim.timeout_s, None
         try:
             out, err, why = _communicate(proc, code.encode("utf-8", errors="replace"), deadline, lim)
@@ -339,13 +410,8 @@ def _run_unisolated(code: str, lim: SandboxLimits, python: str) -> ExecResult:
             try: os.killpg(proc.pid, signal.SIGKILL)   # the whole session: the program and any children it left
             except (ProcessLookupError, PermissionError): pass
             if rc is None: rc = proc.wait()
-    stdout, stderr, dt = _clean(out, lim.max_output_chars), _clean(err, lim.max_output_chars), time.monotonic() - t0
-    if why == "timeout":
-        return ExecResult(False, stdout, stderr, f"TimeoutError: code ran longer than {lim.timeout_s:g} s and was stopped", True, False, dt)
-    if why == "output":
-        return ExecResult(False, stdout, stderr, f"OutputLimitError: the program wrote more than {lim.kill_output_bytes:,} bytes and was stopped", isolated=False, seconds=dt)
-    err_msg = _describe_exit(rc if rc >= 0 else 128 - rc, stderr, lim)
-    return ExecResult(err_msg is None, stdout, stderr, err_msg, isolated=False, seconds=dt)
+            record = _read_record(rec_r); os.close(rec_r)
+    return _finish(out, err, why, rc, record, lim, t0, isolated=False)
 
 # %% ../nbs/02a_sandbox.ipynb #d4054ab4
 @dataclass(frozen=True)
@@ -418,6 +484,6 @@ def run_python(code: str, timeout_s: float = 5.0, memory_mb: int = 512, allow_un
     if info.available: return _run_sandboxed(code, lim, info.bwrap, info.python)
     if not allow_unisolated:
         return ExecResult(False, "", "", f"SandboxUnavailable: isolation is unavailable ({info.reason}); refusing to run code "
-                          "(allow_unisolated=True runs it without isolation).", isolated=False)
+                          "(allow_unisolated=True runs it without isolation).", isolated=False, sandbox_failed=True)
     warnings.warn(f"run_python: running code WITHOUT isolation ({info.reason})", RuntimeWarning, stacklevel=2)
     return _run_unisolated(code, lim, sys.executable)

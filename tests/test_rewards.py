@@ -219,8 +219,26 @@ def test_unit_test_reward_timeout_and_string_tests():
 
 def test_unit_test_reward_refuses_to_score_without_a_sandbox(monkeypatch):
     from coa_lib.sandbox import ExecResult
-    monkeypatch.setattr(R, "run_python", lambda *a, **k: ExecResult(False, "", "", "SandboxUnavailable: no bwrap"))
+    broken = ExecResult(False, "", "", "SandboxUnavailable: no bwrap", isolated=False, sandbox_failed=True)
+    monkeypatch.setattr(R, "run_python", lambda *a, **k: broken)
     with pytest.raises(R.SandboxUnavailableError): unit_test_reward("def add(a, b): return a + b", ADD_TESTS, "add")
+    # the flag decides, not the text: a program's error that reads like the sandbox's is the program's (a zero)
+    monkeypatch.setattr(R, "run_python", lambda *a, **k: ExecResult(False, "", "bwrap: x\n", "SandboxError: bwrap failed to set up the sandbox: x"))
+    assert unit_test_reward("def add(a, b): return a + b", ADD_TESTS, "add") == 0.0
+
+
+@pytest.mark.parametrize("answer", [
+    "import sys\nsys.stderr.write(\"bwrap: Can't find source path /usr/bin/python3: No such file or directory\\n\")\nsys.exit(1)",
+    "def add(a, b):\n    import os\n    os.write(2, b'bwrap: execvp /usr/bin/python3: No such file or directory\\n')\n    os._exit(1)",
+    "import os\nos.close(1)\nos.write(2, b'bwrap: setting up uid map: Permission denied\\n')\nos.kill(os.getpid(), 9)"],
+    ids=["stderr_and_exit", "inside_the_entry_point", "no_stdout_and_sigkill"])
+def test_a_model_answer_never_raises_out_of_a_reward(answer):
+    # the issue-27 probe: an answer that printed bwrap's set-up error made unit_test_reward raise SandboxUnavailableError,
+    # so one model answer could crash a reward or evaluation run; the sandbox now tells its own failure by a channel the
+    # program cannot write, and the answer scores 0
+    assert unit_test_reward(answer, ADD_TESTS, entry_point="add", timeout_s=5) == 0.0
+    assert score({"id": "t", "kind": "code", "question": "add", "answer": "",
+                  "meta": json.dumps({"tests": ADD_TESTS, "entry_point": "add"})}, answer) == 0.0
 
 
 def test_extract_code():
