@@ -16,9 +16,10 @@ from .rewards import check_24, score
 from .tokenizer import IM_END, IM_START
 
 # %% auto #0
-__all__ = ['GAME24_PROGRAM', 'ROLE_POLICIES', 'MistakeKnobs', 'ParsedPrompt', 'read_prompt', 'step_groups', 'unseen_numbers',
-           'plan_steps', 'planner_policy', 'search_policy', 'code_policy', 'critic_policy', 'verifier_policy',
-           'answerer_policy', 'task_registry', 'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
+__all__ = ['HOP_QUESTIONS', 'COUNTRY_FOUNDED', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'MistakeKnobs', 'ParsedPrompt', 'read_prompt',
+           'step_groups', 'unseen_numbers', 'hop_relations', 'hop_question', 'plan_steps', 'planner_policy',
+           'search_policy', 'code_policy', 'critic_policy', 'verifier_policy', 'answerer_policy', 'task_registry',
+           'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
 
 # %% ../nbs/05a_scripted_teacher.ipynb #8a1f0e65
 @dataclass(frozen=True)
@@ -122,15 +123,41 @@ def _answer_like(sentence: str, avoid: str) -> str:
     names = [n for n in re.findall(r"[A-Z][a-z]+(?: [A-Z][a-z]+)*", sentence) if not _contains(avoid, n)]
     return names[-1] if names else "unknown"
 
+# %% ../nbs/05a_scripted_teacher.ipynb #7e964a02
+HOP_QUESTIONS = {  # relation of one hop -> the sub-question a plan step asks about entity {e}
+    "country": "which country is {e} in?", "capital": "what is the capital of {e}?", "founded": "when was {e} founded?",
+    "population": "what is the population of {e}?", "employees": "how many people does {e} employ?",
+    "founder": "who founded {e}?", "born": "when was {e} born?", "born_in": "where was {e} born?",
+    "spouse": "who is {e} married to?", "hq": "where is {e} headquartered?", "director": "who directed {e}?",
+    "released": "when was {e} released?", "city": "which city is {e} in?", "students": "how many students does {e} have?",
+}
+COUNTRY_FOUNDED = "when was {e} established?"   # the worlds say a country was "established"
+
+def hop_relations(template: str) -> list[tuple[str, str]]:
+    "(entity type, relation) of each hop of a multihop template such as 'person.born_in.city.founded'."
+    parts = template.split(".")
+    if len(parts) % 2: raise ValueError(f"a multihop template has type.relation pairs: {template!r}")
+    return list(zip(parts[0::2], parts[1::2]))
+
+def hop_question(entity_type: str, relation: str, entity: str) -> str:
+    "The sub-question one hop asks; an entity found in an earlier step reads as 'it'."
+    e = "it" if entity.startswith("the entity found") else entity
+    return (COUNTRY_FOUNDED if (entity_type, relation) == ("country", "founded") else HOP_QUESTIONS[relation]).format(e=e)
+
+
 # %% ../nbs/05a_scripted_teacher.ipynb #93836ab1
 def plan_steps(task: dict) -> list[tuple[str, str]]:
     "The (agent, sub-task) steps a competent planner writes for `task`."
     kind, path, q = task["kind"], _gold_steps(task), task["question"]
     steps, groups = [], step_groups(task)
+    hops = hop_relations(task["_meta"]["template"]) if kind == "multihop" else None
+    if hops and len(hops) != len(groups): hops = None          # a plan step per hop, or no sub-questions
     for g in groups:
         page = path[g[0]]["page"]
         src = _source_step(path, groups, g[0]) if not _contains(q, page) else None
-        steps.append((Role.SEARCH.value, f"Look up {f'the entity found in step {src}' if src else page}."))
+        target = f"the entity found in step {src}" if src else page
+        hop = hops[len(steps)] if hops else None                  # multihop: the sub-question of this hop
+        steps.append((Role.SEARCH.value, f"Look up {target}: {hop_question(*hop, target)}" if hop else f"Look up {target}."))
     if kind == "mixed": steps.append((Role.CODE.value, "Compute the answer from the findings."))
     elif kind == "math": steps.append((Role.CODE.value, "Compute the answer from the question's numbers."))
     elif kind == "game24": steps.append((Role.CODE.value, "Try every way to make 24 from the four numbers."))
