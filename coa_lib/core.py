@@ -3,20 +3,21 @@
 # %% ../nbs/00_core.ipynb #2c0c8300
 from __future__ import annotations
 import atexit, codecs, csv, glob, hashlib, io, json, os, random, re, shutil, tempfile
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from datasets import Dataset, Features, Value
 
 # %% auto #0
 __all__ = ['PROFILES', 'TASK_KINDS', 'QA_KINDS', 'SPLITS', 'TASK_COLUMNS', 'TASK_FEATURES', 'REPO_ROOT', 'DATA_DIR',
-           'SAMPLES_DIR', 'check_profile', 'resolve_run_dir', 'atomic_write_bytes', 'atomic_write_text',
-           'atomic_write_json', 'read_json', 'atomic_dir', 'save_dataset', 'launched_processes', 'close_process_group',
-           'artifact_path', 'is_built', 'mark_built', 'load_or_build', 'stable_hash', 'config_json', 'seed_int',
-           'rng_for', 'split_of', 'check_split', 'check_kind', 'meta_json', 'task_meta', 'to_dataset',
-           'DataFormatError', 'format_error', 'get_field', 'str_list', 'read_text_file', 'read_json_list', 'read_jsonl',
-           'read_csv_rows', 'agentflow_benchmark_dir']
+           'SAMPLES_DIR', 'check_profile', 'remove_at_end', 'temp_dir', 'resolve_run_dir', 'scratch_dir',
+           'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'read_json', 'atomic_dir', 'save_dataset',
+           'launched_processes', 'close_process_group', 'artifact_path', 'is_built', 'mark_built', 'load_or_build',
+           'stable_hash', 'config_json', 'seed_int', 'rng_for', 'split_of', 'check_split', 'check_kind', 'meta_json',
+           'task_meta', 'to_dataset', 'DataFormatError', 'format_error', 'get_field', 'str_list', 'read_text_file',
+           'read_json_list', 'read_jsonl', 'read_csv_rows', 'agentflow_benchmark_dir']
 
 # %% ../nbs/00_core.ipynb #f5f94ae7
 PROFILES = ("smoke", "full")
@@ -27,17 +28,45 @@ def check_profile(profile: str) -> str:
     return profile
 
 # %% ../nbs/00_core.ipynb #7e2bda39
-def _rm_tree(path: str) -> None: shutil.rmtree(path, ignore_errors=True)
+_WATCHER = ("import os, shutil\nbuf = b''\nwhile chunk := os.read(0, 65536): buf += chunk\n"   # reads until every writer is gone
+            "for p in filter(None, buf.split(b'\\0')): shutil.rmtree(p, ignore_errors=True)")
+_watcher: list = []   # (the watcher process, the write end of its pipe): open for as long as this process lives
+
+def remove_at_end(path: str | os.PathLike) -> Path:
+    "Remove `path` when this process (and any fork of it) has ended, however: a watcher process removes it at the pipe's end."
+    import subprocess, sys
+    if not _watcher:
+        r, w = os.pipe()   # `w` is not inheritable: programs this process starts do not hold it, its forks do
+        try: proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHER], stdin=r, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)   # own session: Ctrl-C or killpg spare it
+        finally: os.close(r)
+        _watcher.extend([proc, w])
+    os.write(_watcher[1], os.fsencode(path) + b"\0")   # < PIPE_BUF bytes: one atomic write
+    return Path(path)
+
+def _rm_tree(path: str, owner: int) -> None:
+    if os.getpid() == owner: shutil.rmtree(path, ignore_errors=True)   # a fork exiting leaves its parent's folder alone
+
+def temp_dir(prefix: str = "coa-tmp-") -> Path:
+    "A new temporary directory, removed when this process ends, however it ends."
+    tmp = remove_at_end(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(_rm_tree, str(tmp), os.getpid())   # at once on a normal exit; the watcher covers every other end
+    return tmp
 
 def resolve_run_dir(run_dir: str | os.PathLike | None) -> Path:
-    "The run directory as an absolute `Path`, created if needed; None -> a temporary one removed at exit."
-    if run_dir is None:
-        tmp = tempfile.mkdtemp(prefix="coa-run-")
-        atexit.register(_rm_tree, tmp)
-        return Path(tmp)
+    "The run directory as an absolute `Path`, created if needed; None -> a temporary one, removed when the process ends."
+    if run_dir is None: return temp_dir("coa-run-")
     p = Path(run_dir).expanduser().resolve()
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+@contextmanager
+def scratch_dir(path: str | os.PathLike) -> Iterator[Path]:
+    "An empty directory at `path` for a `with` block, removed after it; a leftover of an interrupted run there is cleared first."
+    path = Path(path)
+    shutil.rmtree(path, ignore_errors=True); path.mkdir(parents=True)
+    try: yield path
+    finally: shutil.rmtree(path, ignore_errors=True)
 
 # %% ../nbs/00_core.ipynb #320a2edc
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -222,6 +251,20 @@ def _json_row_at(text: str, pos: int) -> str | None:
         i, k = ws(i + 1), k + 1
     return f"row {k}" if i >= n else None
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")   # how a lone surrogate gets into JSON text (UTF-8 bytes cannot hold one)
+
+def _lone_surrogate(v: Any) -> str | None:
+    "The first string in `v` (keys included) that is not Unicode text (holds a lone surrogate such as '\\ud800'), else None."
+    stack = [v]
+    while stack:   # a loop, not recursion: a record may nest deeply
+        x = stack.pop()
+        if isinstance(x, str):
+            try: x.encode("utf-8")
+            except UnicodeEncodeError: return x
+        elif isinstance(x, dict): stack.extend(x); stack.extend(x.values())
+        elif isinstance(x, list): stack.extend(x)
+    return None
+
 # %% ../nbs/00_core.ipynb #70891c19
 def read_text_file(path, json_list: bool = False) -> str:
     "The text of a UTF-8 data file (a BOM dropped), else a DataFormatError: not a file, unreadable, empty, or not UTF-8 (naming the line)."
@@ -241,6 +284,19 @@ def read_text_file(path, json_list: bool = False) -> str:
         where = f"{row} (line {line})" if row else f"line {line}"
         raise DataFormatError(f"{path}: {where}: invalid UTF-8 (byte 0x{data[e.start]:02x} at column {e.start - line_start + 1})") from e
 
+def _check_text(rec: Any, path, where: str) -> Any:
+    "`rec`, else a DataFormatError naming the field that holds a lone surrogate (a JSON escape like `\\ud800` with no pair)."
+    for field, v in (rec.items() if isinstance(rec, dict) else [(None, rec)]):
+        bad = _lone_surrogate(field) or _lone_surrogate(v)
+        if bad is None: continue
+        problem = f"{bad[:40]!r} holds a lone surrogate (a JSON \\uD800-\\uDFFF escape with no pair), which is not text"
+        raise format_error(path, where, field, problem) if field is not None else DataFormatError(f"{path}: {where}: {problem}")
+    return rec
+
+def _unreadable(e: ValueError) -> str:
+    "What json.loads could not read that is not a syntax error: an integer longer than `sys.get_int_max_str_digits()`."
+    return f"unreadable JSON value: {str(e).split(';')[0][:120]}"
+
 def read_json_list(path) -> list:
     path = Path(path)
     text = read_text_file(path, json_list=True)
@@ -249,10 +305,13 @@ def read_json_list(path) -> list:
         row = _json_row_at(text, e.pos)
         where = f"{row} (line {e.lineno}, column {e.colno})" if row else f"line {e.lineno}, column {e.colno}"
         raise DataFormatError(f"{path}: {where}: malformed JSON: {e.msg}") from e
+    except ValueError as e: raise DataFormatError(f"{path}: {_json_row_at(text, len(text)) or 'the list'}: {_unreadable(e)}") from e
     except RecursionError as e:
         raise DataFormatError(f"{path}: {_json_row_at(text, len(text)) or 'the list'}: malformed JSON: nested too deeply") from e
     if not isinstance(data, list): raise DataFormatError(f"{path}: expected a JSON list of records, got {type(data).__name__}")
     if not data: raise DataFormatError(f"{path}: no records (an empty JSON list)")
+    if _SURROGATE_ESCAPE.search(text):
+        for k, rec in enumerate(data): _check_text(rec, path, f"row {k}")
     return data
 
 # %% ../nbs/00_core.ipynb #dbb20f62
@@ -260,9 +319,11 @@ def read_jsonl(path) -> list[tuple[str, Any]]:
     out = []
     for i, line in enumerate(read_text_file(path).split("\n"), 1):    # not splitlines: a JSON string may hold a raw U+2028
         if not line.strip(): continue
-        try: out.append((f"line {i}", json.loads(line)))
+        try: rec = json.loads(line)
         except json.JSONDecodeError as e: raise DataFormatError(f"{path}: line {i}: malformed JSON at column {e.colno}: {e.msg}") from e
+        except ValueError as e: raise DataFormatError(f"{path}: line {i}: {_unreadable(e)}") from e
         except RecursionError as e: raise DataFormatError(f"{path}: line {i}: malformed JSON: nested too deeply") from e
+        out.append((f"line {i}", _check_text(rec, path, f"line {i}") if _SURROGATE_ESCAPE.search(line) else rec))
     if not out: raise DataFormatError(f"{path}: no records (only blank lines)")
     return out
 

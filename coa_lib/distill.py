@@ -131,7 +131,7 @@ def plot_role_shares(shares: dict[str, dict[str, float]], path) -> Path:
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     roles = list(dict.fromkeys(k for s in shares.values() for k in s if k != "tokens_per_row"))
-    fig, ax = plt.subplots(figsize=(7, 3.2))
+    fig, ax = plt.subplots(figsize=(8.5, 3.2))
     for i, (label, s) in enumerate(shares.items()):
         left = 0.0
         for j, role in enumerate(roles):
@@ -140,8 +140,10 @@ def plot_role_shares(shares: dict[str, dict[str, float]], path) -> Path:
         ax.text(left + 3, i, f"{s['tokens_per_row']:.0f}", va="center")
     ax.set_yticks(range(len(shares)), list(shares)); ax.invert_yaxis()
     ax.set(xlabel="trained tokens per row (student tokenizer)", title="What the student is trained on, by role")
-    ax.legend(fontsize=7, ncol=2, loc="lower right"); fig.tight_layout()
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=100); plt.close(fig)
+    ax.margins(x=0.08)                                           # room for the totals written after each bar
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), title="role", title_fontsize=8)   # beside the bars, never on them
+    fig.tight_layout()
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=100, bbox_inches="tight"); plt.close(fig)
     return path
 
 

@@ -184,13 +184,17 @@ def plot_results(metrics: dict[str, dict], path) -> Path:
         ax1.bar([i + (j - (len(names) - 1) / 2) * w for i in range(len(TASK_KINDS))],
                 [bk[k]["accuracy"] if k in bk else 0 for k in TASK_KINDS], width=w, label=name)
     ax1.set_xticks(range(len(TASK_KINDS)), TASK_KINDS, rotation=20); ax1.set(ylabel="accuracy", title="accuracy by kind (test)", ylim=(0, 1.05))
-    ax1.legend(fontsize=7)
-    for name in names:
+    markers = "osD^vP<>*X"   # hollow, each system its own shape and size: points at the same place all stay visible
+    for j, name in enumerate(names):
         m = metrics[name]; lo, hi = m["accuracy_ci95"]
-        ax2.errorbar([m["mean_processed_tokens"]], [m["accuracy"]], yerr=[[max(0.0, m["accuracy"] - lo)], [max(0.0, hi - m["accuracy"])]], fmt="o", capsize=3, label=name)
+        ax2.errorbar([m["mean_processed_tokens"]], [m["accuracy"]], yerr=[[max(0.0, m["accuracy"] - lo)], [max(0.0, hi - m["accuracy"])]],
+                     fmt=markers[j % len(markers)], ms=11 - 1.2 * (j % 5), mfc="none", mew=1.5, capsize=3, label=name)
     ax2.set(xscale="log", xlabel="processed tokens per task (log)", ylabel="accuracy", title="accuracy vs tokens per task", ylim=(-0.05, 1.05))
-    ax2.legend(fontsize=7)
-    fig.tight_layout(); path = Path(path); path.parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=100); plt.close(fig)
+    ax2.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1, 2, 5)))          # 100, 200, 500, 1000, ...: labels that never overlap
+    ax2.xaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}")); ax2.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax2.margins(x=0.15)
+    ax2.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5), title="system (both panels)", title_fontsize=8)   # beside: covers nothing
+    fig.tight_layout(); path = Path(path); path.parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=100, bbox_inches="tight"); plt.close(fig)
     return path
 
 # %% ../nbs/08c_evaluate.ipynb #730d17b0

@@ -51,7 +51,7 @@ class FlowGRPOConfig:
     def for_profile(cls, profile: str) -> FlowGRPOConfig:
         "Smoke: two tiny rollout batches; full: sized to the stage's budget on 2 CPU cores."
         if check_profile(profile) == "smoke":
-            return cls(profile=profile, group_size=4, queries_per_step=2, steps=2, max_turns=3, save_every=1, pool_per_kind=2,
+            return cls(profile=profile, group_size=2, queries_per_step=2, steps=2, max_turns=3, save_every=1, pool_per_kind=2,
                        budgets=(2, 3), n_game24_real=4)
         return cls(profile=profile)
 
@@ -298,14 +298,21 @@ def plot_flow_curves(history: Sequence[dict], path) -> Path:
     "Flow-GRPO's curves over rollout batches, and the planner's tool shares; saved as PNG."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(FLOW_CURVES) + 1, figsize=(3.2 * (len(FLOW_CURVES) + 1), 3))
+    fig, axes = plt.subplots(2, 3, figsize=(10, 5.6))   # a 2 x 3 grid: six panels, readable on a page
+    axes = axes.flat[:len(FLOW_CURVES) + 1]
     xs = [h["step"] for h in history]
     for ax, (key, title) in zip(axes, FLOW_CURVES.items()):
-        ax.plot(xs, [h.get(key, float("nan")) for h in history], marker=".")
-        ax.set_title(title, fontsize=9); ax.set_xlabel("rollout batch")
+        ys = [h.get(key, float("nan")) for h in history]
+        ax.plot(xs, ys, marker="."); ax.set_title(title, fontsize=9); ax.set_xlabel("rollout batch")
+        fin = [y for y in ys if y == y]
+        if fin and max(fin) - min(fin) <= 1e-6 * max(1.0, abs(max(fin))):   # flat but for float noise: a plain axis around it
+            c = (max(fin) + min(fin)) / 2; ax.set_ylim(c - 0.05 * max(1.0, abs(c)), c + 0.05 * max(1.0, abs(c)))
+    for ax in axes:   # whole-number batches; values as they are, never as an offset (+1e-10) from a constant
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True)); ax.ticklabel_format(axis="y", useOffset=False)
     for t in TOOL_LABELS:
         axes[-1].plot(xs, [h.get(f"tool_share/{t}", 0) for h in history], label=t)
-    axes[-1].set_title("tool share of planner turns", fontsize=9); axes[-1].legend(fontsize=7)
+    axes[-1].set_title("tool share of planner turns", fontsize=9); axes[-1].set(ylim=(0, 1.45), yticks=[0, 0.25, 0.5, 0.75, 1])
+    axes[-1].legend(fontsize=7, ncol=2, loc="upper center")   # in the headroom above the shares (at most 1): it covers no line
     fig.tight_layout(); path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110); plt.close(fig)
     return path

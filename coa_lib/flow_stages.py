@@ -4,7 +4,7 @@
 
 # %% ../nbs/14b_flow_stages.ipynb #82084603
 from __future__ import annotations
-import random, shutil
+import random, shutil, sys
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Sequence
@@ -12,19 +12,20 @@ from typing import Sequence
 from .agentflow import AgentFlowConfig, FlowLimits, ModelPlanner, flow_metrics, is_tool_error, planner_sft_rows, solve
 from .scripted_flow import scripted_modules
 from .benchmarks import game24_real
-from .core import atomic_dir, atomic_write_json, config_json, read_json, resolve_run_dir, stable_hash
+from .cli import Command, recorded, run_stage_command, stage_parser
+from .core import atomic_dir, atomic_write_json, close_process_group, config_json, read_json, resolve_run_dir, stable_hash
 from .evaluate import eval_tasks
 from .flow_grpo import (FlowGRPOConfig, default_modules, model_fingerprint, plot_planner_comparison, plot_tool_usage,
                                plot_turn_budget, train_flow_grpo)
 from .sft import SFTStageConfig, train_sft
-from .stages import build_task_splits, sft_student, student_tokenizer
+from .stages import AFM_COMMANDS, build_task_splits, sft_student, student_tokenizer
 from .tasks import TaskConfig
 from .tokenizer import load_tokenizer
 
 # %% auto #0
-__all__ = ['FLOW_RECORD_FIELDS', 'LABELS', 'agentflow_tasks', 'load_planner', 'planner_warm_start', 'flow_eval',
+__all__ = ['FLOW_RECORD_FIELDS', 'LABELS', 'FLOW_COMMANDS', 'agentflow_tasks', 'load_planner', 'planner_warm_start', 'flow_eval',
            'agentflow_evaluation', 'flow_grpo_pool', 'flow_grpo_planner', 'offline_sft_planner', 'flow_grpo_ablations',
-           'agentflow_report', 'flow_grpo_report']
+           'agentflow_report', 'flow_grpo_report', 'main']
 
 # %% ../nbs/14b_flow_stages.ipynb #d4be68a6
 def _af_dir(run_dir) -> Path: return resolve_run_dir(run_dir) / "agentflow"
@@ -221,3 +222,60 @@ def flow_grpo_report(run_dir) -> str:
     out += ["", f"AgentFlow's GameOf24 file (first {g['n']} hands): warm start {_ci(g['metrics']['warm_start'])}, "
             f"Flow-GRPO {_ci(g['metrics']['flow_grpo'])} (AgentFlow-7B: {g['paper']}; here the executor's Python is the teacher's exhaustive solver)."]
     return "\n".join(out) + "\n"
+
+# %% ../nbs/14b_flow_stages.ipynb #00ff25d2
+def _cfgs(a) -> tuple[AgentFlowConfig, FlowGRPOConfig]: return AgentFlowConfig.for_profile(a.profile), FlowGRPOConfig.for_profile(a.profile)
+
+def _warm_done(rd: Path, a) -> dict | None:
+    af = rd / "agentflow"
+    return recorded(af / "teacher_flows.json", "config") if (af / "planner_warm" / "sft_done.json").exists() else None
+
+def _from_warm(rd: Path, done: str, key: str | None = None) -> dict | None:
+    "The config a planner trained from the warm start recorded in `agentflow/done` (under `key`); None when missing or from another warm start."
+    path = rd / "agentflow" / done
+    rec = (read_json(path)[key] if key else read_json(path)) if path.exists() else None
+    return rec["config"] if rec is not None and rec["start"] == model_fingerprint(rd / "agentflow" / "planner_warm") else None
+
+def _results_of(path: Path, part: str, done: Path) -> dict | None:
+    "The config of the results at `path` while their `part` is the `done` file there now; None when missing or out of date."
+    return read_json(path)["config"] if path.exists() and done.exists() and read_json(path)[part] == read_json(done) else None
+
+def _accuracies(m: dict[str, dict], path: Path) -> str:
+    return "test accuracy: " + ", ".join(f"{LABELS.get(n, n)} {x['accuracy']:.3f}" for n, x in m.items()) + f" ({path})"
+
+FLOW_COMMANDS = {c.name: c for c in (
+    Command("warm-start", "the planner's warm start: the CoA SFT student after SFT on the teacher planner's solved flows",
+            "warm-start --run-dir runs/smoke", lambda rd, a: planner_warm_start(rd, _cfgs(a)[0]), _warm_done,
+            lambda rd, a: [rd / "agentflow" / "planner_warm", rd / "agentflow" / "teacher_flows.json"], needs=lambda a: [["train-student", "--student", "coa"]]),
+    Command("eval-agentflow", "the system with the teacher planner and with the warm start on the test tasks: agentflow_results.json",
+            "eval-agentflow --run-dir runs/smoke",
+            lambda rd, a: _accuracies(agentflow_evaluation(rd, _cfgs(a)[0])["metrics"], rd / "agentflow_results.json"),
+            lambda rd, a: _results_of(rd / "agentflow_results.json", "warm_start", rd / "agentflow" / "planner_warm" / "sft_done.json"),
+            lambda rd, a: [rd / "agentflow_results.json"], needs=lambda a: [["warm-start"]]),
+    Command("train-flow-grpo", "Flow-GRPO: the planner trained in the flow from the warm start, into agentflow/planner_flow_grpo",
+            "train-flow-grpo --run-dir runs/smoke", lambda rd, a: flow_grpo_planner(rd, *_cfgs(a)),
+            lambda rd, a: _from_warm(rd, "planner_flow_grpo/flow_grpo_done.json"),
+            lambda rd, a: [rd / "agentflow" / "planner_flow_grpo"], needs=lambda a: [["warm-start"]]),
+    Command("offline-sft", "the offline-SFT planner: Flow-GRPO's compute spent on SFT of the warm start's solved flows",
+            "offline-sft --run-dir runs/smoke", lambda rd, a: offline_sft_planner(rd, *_cfgs(a)),
+            lambda rd, a: _from_warm(rd, "offline_sft_rows.json", "key")
+                          if (rd / "agentflow" / "planner_offline_sft" / "sft_done.json").exists() else None,
+            lambda rd, a: [rd / "agentflow" / "planner_offline_sft", rd / "agentflow" / "offline_sft_rows.json"], needs=lambda a: [["warm-start"]]),
+    Command("flow-ablations", "warm start vs Flow-GRPO vs offline SFT on test, turn budgets, tool use, GameOf24: flow_grpo_results.json",
+            "flow-ablations --run-dir runs/smoke",
+            lambda rd, a: _accuracies(flow_grpo_ablations(rd, *_cfgs(a))["planners"], rd / "flow_grpo_results.json"),
+            lambda rd, a: _results_of(rd / "flow_grpo_results.json", "training", rd / "agentflow" / "planner_flow_grpo" / "flow_grpo_done.json"),
+            lambda rd, a: [rd / "flow_grpo_results.json"], needs=lambda a: [["train-flow-grpo"], ["offline-sft"]]))}
+
+def main(argv: Sequence[str] | None = None) -> int:
+    "`python -m coa_lib.flow_stages COMMAND --run-dir DIR [options]`: build one stage, CoA's or AgentFlow's (`--help` lists them all)."
+    commands = {**AFM_COMMANDS, **FLOW_COMMANDS}
+    return run_stage_command(stage_parser(commands, "python -m coa_lib.flow_stages", "Build one stage of the pipeline (CoA or AgentFlow) in a run dir."),
+                             commands, argv)
+
+# %% ../nbs/14b_flow_stages.ipynb #a33894e6
+# run as `python -m coa_lib.flow_stages` (a script has __file__; a notebook kernel does not)
+if __name__ == "__main__" and "__file__" in globals():
+    code = main()
+    close_process_group()   # after success only: a failed rank must not wait on the others in a teardown
+    sys.exit(code)

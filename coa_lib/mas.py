@@ -391,9 +391,11 @@ def plot_teacher_cost(traces: Dataset, path) -> Path:
     fig, ax = plt.subplots(1, 3, figsize=(13, 3.6))
     ax[0].bar(s.index, s["accuracy"], color="tab:green"); ax[0].set(title="teacher accuracy", ylim=(0, 1))
     ax[1].bar(s.index, s["prompt_tokens"], label="prompt"); ax[1].bar(s.index, s["completion_tokens"], bottom=s["prompt_tokens"], label="completion")
-    ax[1].set(title="tokens per task (student tokenizer)"); ax[1].legend()
+    ax[1].set(title="tokens per task (student tokenizer)")
     x = range(len(s)); ax[2].bar([i - 0.2 for i in x], s["calls"], 0.4, label="agent calls"); ax[2].bar([i + 0.2 for i in x], s["tool_calls"], 0.4, label="tool calls")
-    ax[2].set_xticks(list(x), s.index); ax[2].set(title="calls per task"); ax[2].legend()
+    ax[2].set_xticks(list(x), s.index); ax[2].set(title="calls per task")
+    for a in ax[1:]:   # headroom above the tallest bar, where the legend goes: it never covers a bar
+        a.set_ylim(0, 1.3 * max(b.get_y() + b.get_height() for b in a.patches)); a.legend(loc="upper left", ncol=2, fontsize=8)
     for a in ax: a.tick_params(axis="x", rotation=30)
     fig.tight_layout(); path = Path(path); path.parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=100); plt.close(fig)
     return path

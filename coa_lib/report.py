@@ -12,11 +12,13 @@ from typing import Callable, Sequence
 from .core import atomic_write_text, read_json
 
 # %% auto #0
-__all__ = ['SEEDS_FILE', 'CLAIMS', 'VERSIONED', 'RESULTS_BEGIN', 'RESULTS_END', 'Claim', 'verdict', 'afm_token_claim',
-           'afm_tool_claim', 'afm_accuracy_claim', 'afm_rl_claim', 'student_comparison', 'afm_format_claim',
-           'afm_filter_claim', 'af_flow_grpo_claim', 'af_offline_claim', 'af_budget_claim', 'af_tools_claim',
-           'af_game24_claim', 'collect_claims', 'claims_table', 'package_versions', 'stage_markers', 'run_seeds',
-           'provenance', 'notebooks_html', 'run_figures', 'build_report', 'readme_results', 'update_readme', 'main']
+__all__ = ['SEEDS_FILE', 'CLAIMS', 'VERDICT_WORDS', 'VERSIONED', 'PLUMBING_PROFILES', 'RESULTS_BEGIN', 'RESULTS_END', 'Claim',
+           'verdict', 'afm_token_claim', 'afm_tool_claim', 'afm_accuracy_claim', 'afm_rl_claim', 'student_comparison',
+           'afm_format_claim', 'afm_filter_claim', 'af_flow_grpo_claim', 'af_offline_claim', 'af_budget_claim',
+           'af_tools_claim', 'af_game24_claim', 'collect_claims', 'claims_table', 'claims_summary', 'package_versions',
+           'stage_markers', 'run_profiles', 'run_seeds', 'provenance', 'notebooks_html', 'figure_caption',
+           'run_figures', 'plumbing_note', 'build_report', 'readme_results', 'results_prose', 'check_results_prose',
+           'update_readme', 'main']
 
 # %% ../nbs/14c_report.ipynb #da1de360
 @dataclass(frozen=True)
@@ -121,13 +123,18 @@ def af_budget_claim(rd: Path) -> Claim:
                  " → ".join(f"{_pct(a)} (T={t})" for t, a in zip(ts, acc)), "never falls, and ends higher", rising, "flow_grpo_results.json")
 
 def af_tools_claim(rd: Path) -> Claim:
+    from coa_lib.agentflow import INVALID_TOOL   # a planner turn that named no tool: not a tool choice
     p = read_json(rd / "flow_grpo_results.json")["planners"]
     w, g = p["warm_start"]["tool_share"], p["flow_grpo"]["tool_share"]
-    shift = {t: g.get(t, 0.0) - w.get(t, 0.0) for t in set(w) | set(g)}
-    top = max(shift, key=lambda t: abs(shift[t]))
-    return Claim("AgentFlow", "Flow-GRPO shifts the planner's tool choice", "the tool mix changes with training",
-                 ", ".join(f"{t} {_pct(w.get(t, 0))} → {_pct(g.get(t, 0))}%" for t in sorted(shift) if t != "invalid"),
-                 "some tool's share moves ≥ 10 points", abs(shift[top]) >= 0.10, "flow_grpo_results.json")
+    tools = sorted((set(w) | set(g)) - {INVALID_TOOL})
+    head = ("AgentFlow", "Flow-GRPO shifts the planner's tool choice", "the tool mix changes with training")
+    test = "some tool's share moves ≥ 10 points"
+    if not tools:
+        return Claim(*head, f"no tool chosen: {INVALID_TOOL} turns {_pct(w.get(INVALID_TOOL, 0))} → {_pct(g.get(INVALID_TOOL, 0))}%", test,
+                     None, "flow_grpo_results.json", "no planner turn named a tool, so there is no tool mix to compare")
+    shift = {t: g.get(t, 0.0) - w.get(t, 0.0) for t in tools}
+    return Claim(*head, ", ".join(f"{t} {_pct(w.get(t, 0))} → {_pct(g.get(t, 0))}%" for t in tools), test,
+                 max(map(abs, shift.values())) >= 0.10, "flow_grpo_results.json")
 
 def af_game24_claim(rd: Path) -> Claim:
     g = read_json(rd / "flow_grpo_results.json")["gameof24"]
@@ -148,12 +155,22 @@ def collect_claims(run_dir, claims: Sequence[Callable[[Path], Claim]] = CLAIMS) 
         except FileNotFoundError as e: missing.append(f"{fn.__name__}: {Path(e.filename or str(e)).name} not in the run dir")
     return found, missing
 
-def claims_table(claims: Sequence[Claim]) -> str:
-    "The claim-by-claim markdown table."
+def claims_table(claims: Sequence[Claim], withheld: str = "") -> str:
+    "The claim-by-claim markdown table; with `withheld` (why), no verdicts: that column says `—, <why>`."
+    def held(c: Claim) -> str: return f"—, {withheld}" if withheld else f"**{verdict(c.holds, c.undecided)}**"
     rows = ["| # | paper | claim | paper's number | ours | direction holds? | test | from |", "|---:|---|---|---|---|---|---|---|"]
-    rows += [f"| {i} | {c.paper} | {c.claim} | {c.paper_value} | {c.ours} | **{verdict(c.holds, c.undecided)}**{' — ' + c.note if c.note else ''} | {c.test} | `{c.source}` |"
+    rows += [f"| {i} | {c.paper} | {c.claim} | {c.paper_value} | {c.ours or '(none)'} | {held(c)}{' — ' + c.note if c.note else ''} | {c.test} | `{c.source}` |"
              for i, c in enumerate(claims, 1)]
     return "\n".join(rows) + "\n"
+
+VERDICT_WORDS = {"yes": "the direction holds here for", "no": "it does not hold for", "undecided": "the difference is inside the noise for",
+                 "n/a": "not comparable here:"}
+
+def claims_summary(claims: Sequence[Claim]) -> str:
+    "One sentence, generated from the table: which claims' directions hold here, which do not, which are undecided or not comparable."
+    by = {v: [i for i, c in enumerate(claims, 1) if verdict(c.holds, c.undecided) == v] for v in VERDICT_WORDS}
+    parts = [f"{VERDICT_WORDS[v]} claim{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}" for v, ids in by.items() if ids]
+    return ("In short: " + "; ".join(parts) + ".") if parts else "In short: no claim was evaluated."
 
 # %% ../nbs/14c_report.ipynb #0b44292d
 VERSIONED = ("torch", "transformers", "trl", "accelerate", "datasets", "tokenizers", "papermill", "nbdev", "matplotlib", "mkdocs-material")
@@ -171,6 +188,12 @@ def stage_markers(run_dir) -> list[dict]:
     "The completion markers of the run's notebooks (`.done/*.json`), in pipeline order."
     d = Path(run_dir) / ".done"
     return [read_json(m) for m in sorted(d.glob("*.json"))] if d.exists() else []
+
+PLUMBING_PROFILES = ("smoke",)   # profiles sized to check that everything runs: too small for any claim's verdict
+
+def run_profiles(run_dir) -> list[str]:
+    "The profiles the run's notebooks completed with (their markers), each once."
+    return list(dict.fromkeys(d["profile"] for d in stage_markers(run_dir)))
 
 def run_seeds(run_dir) -> dict[str, int]:
     "The seed of each stage's config, from the results files (`*_results.json`)."
@@ -213,24 +236,38 @@ def notebooks_html(run_dir) -> list[Path]:
         out.append(html)
     return out
 
+def figure_caption(rel: Path) -> str:
+    "A figure's caption: its path in the run dir without `.png` (`sft/coa/loss`), which names the stage or system it shows."
+    return rel.with_suffix("").as_posix()
+
 def run_figures(run_dir) -> list[Path]:
     "Every PNG the run wrote (outside hidden folders), relative to the run dir."
     rd = Path(run_dir)
     return sorted(p.relative_to(rd) for p in rd.rglob("*.png") if not any(part.startswith(".") for part in p.relative_to(rd).parts))
 
 # %% ../nbs/14c_report.ipynb #96264b00
+def plumbing_note(profiles: Sequence[str]) -> str:
+    "The warning a plumbing-only run's report opens with."
+    return (f"**Profile `{'`, `'.join(profiles)}`: this run checks the plumbing only.** Its models are tiny and see a handful of tasks "
+            "for a few steps, so its numbers say nothing about the papers' claims, and no claim gets a verdict here. A run at "
+            "the `full` profile (`make reproduce`) gives the verdicts.")
+
 def build_report(run_dir) -> Path:
     "Write `run_dir/report.md`: provenance, the claim table, every stage's report part, every figure, the executed notebooks as HTML."
     rd = Path(run_dir)
     claims, missing = collect_claims(rd)
     parts = sorted((rd / "report").glob("*.md")) if (rd / "report").exists() else []
     html = notebooks_html(rd)
-    out = [f"# coa-lab reproduction report: run `{rd.name}`", "", f"Written {time.strftime('%Y-%m-%dT%H:%M:%S')} by `coa_lib.report` "
-           "from the run dir; every number below comes from this run's files.", "", "## Provenance", "", provenance(rd),
-           "## The papers' claims, one by one", "", claims_table(claims)]
+    smoke = [p for p in run_profiles(rd) if p in PLUMBING_PROFILES]   # any notebook at such a profile: no verdicts
+    out = [f"# coa-lab reproduction report: run `{rd.name}`", ""]
+    if smoke: out += [plumbing_note(smoke), ""]
+    out += [f"Written {time.strftime('%Y-%m-%dT%H:%M:%S')} by `coa_lib.report` "
+            "from the run dir; every number below comes from this run's files.", "", "## Provenance", "", provenance(rd),
+            "## The papers' claims, one by one", "", claims_table(claims, withheld=f"{smoke[0]} profile" if smoke else "")]
+    if claims and not smoke: out += [claims_summary(claims), ""]
     if missing: out += ["Not evaluated (their stage has not run here): " + "; ".join(missing) + ".", ""]
     for p in parts: out += [f"## {p.stem}", "", p.read_text().strip(), ""]
-    out += ["## Figures", ""] + [f"![{f.name}]({f.as_posix()})" for f in run_figures(rd)] + [""]
+    out += ["## Figures", ""] + [f"![{figure_caption(f)}]({f.as_posix()})" for f in run_figures(rd)] + [""]
     out += ["## Executed notebooks", ""] + [f"- [{h.stem}]({h.relative_to(rd).as_posix()})" for h in html] + [""]
     return atomic_write_text(rd / "report.md", "\n".join(out))
 
@@ -250,12 +287,29 @@ def readme_results(run_dir, readme_dir) -> str:
     body = report.read_text().split("\n", 1)[1] if report.read_text().startswith("# ") else report.read_text()
     return _LINK.sub(fix, body.lstrip("\n").replace("\n## ", "\n### "))
 
+_SECTION = re.compile(r"^## ", re.M)
+
+def results_prose(readme_text: str) -> str:
+    "The hand-written text of the README section holding the results block (its `## ` heading to the next one), the block left out."
+    head, rest = readme_text.split(RESULTS_BEGIN, 1)
+    tail = rest.split(RESULTS_END, 1)[1]
+    start = max((m.start() for m in _SECTION.finditer(head)), default=0)
+    end = m.start() if (m := _SECTION.search(tail)) else len(tail)
+    return head[start:] + tail[:end]
+
+def check_results_prose(readme_text: str) -> None:
+    "Refuse numbers in the hand-written text around the results block: numbers about results come from the run, in the block."
+    found = re.findall(r"[^\n]{0,40}\d[^\n]{0,40}", results_prose(readme_text))
+    if found: raise ValueError("the README's results section states numbers outside the generated block (they would go stale "
+                               "when the block is regenerated); say it without numbers or generate it: " + " | ".join(found[:3]))
+
 def update_readme(readme, run_dir) -> str:
     "Replace the README's results section (between the begin/end markers) with `readme_results(run_dir)`; the new text."
     readme = Path(readme)
     text = readme.read_text()
     if text.count(RESULTS_BEGIN) != 1 or text.count(RESULTS_END) != 1 or text.index(RESULTS_BEGIN) > text.index(RESULTS_END):
         raise ValueError(f"{readme}: needs exactly one {RESULTS_BEGIN} line followed by one {RESULTS_END} line")
+    check_results_prose(text)
     head, rest = text.split(RESULTS_BEGIN)
     _, tail = rest.split(RESULTS_END)
     new = f"{head}{RESULTS_BEGIN}\n{readme_results(run_dir, readme.parent)}{RESULTS_END}{tail}"

@@ -8,6 +8,7 @@ import argparse, sys, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 
+from .cli import run_dir_arg
 from .core import PROFILES, atomic_write_json, atomic_write_text, check_profile, read_json, resolve_run_dir, stable_hash
 from .report import build_report
 
@@ -117,13 +118,16 @@ def _source_cell(executed: Path, cell_index: int) -> tuple[int, str]:
 
 def run_notebook(nb: Path, run_dir: Path, profile: str, progress: bool = True) -> float:
     "Execute `nb` with papermill into `run_dir/notebooks/`, injecting `profile` and `run_dir`; return wall seconds."
-    import papermill as pm
+    import papermill as pm, zmq
+    from traitlets.config import Config
     out = Path(run_dir) / "notebooks" / nb.name
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     try:
         pm.execute_notebook(str(nb), str(out), parameters=dict(profile=profile, run_dir=str(run_dir)),
-                            cwd=str(nb.parent), kernel_name="python3", progress_bar=progress, log_output=False)
+                            cwd=str(nb.parent), kernel_name="python3", progress_bar=progress, log_output=False,
+                            # the kernel's channels encrypted (CurveZMQ): no "running over TCP without encryption" warning
+                            config=Config(KernelManager={"transport_encryption": "auto" if zmq.has("curve") else "disabled"}))
     except pm.PapermillExecutionError as e:
         idx, first_line = _source_cell(out, e.cell_index)
         raise StageFailed(f"{nb.name}: cell {idx} (0-based, `{first_line}`) raised {e.ename}: {e.evalue}\n"
@@ -197,8 +201,8 @@ def reproduce(profile: str = "full", run_dir: str | Path = "runs/full", start: s
 def main(argv: list[str] | None = None) -> int:
     "Command-line entry point: `python -m coa_lib.reproduce --profile full --run-dir runs/full`."
     ap = argparse.ArgumentParser(prog="python -m coa_lib.reproduce", description="Run the coa-lab notebooks in order with papermill.")
-    ap.add_argument("--profile", choices=PROFILES, default="full")
-    ap.add_argument("--run-dir", default=None, help="where artifacts and executed notebooks go (default runs/PROFILE)")
+    ap.add_argument("--profile", choices=PROFILES, default="full", help="the sizes of every stage (default: %(default)s)")
+    ap.add_argument("--run-dir", type=run_dir_arg, default=None, help="where artifacts and executed notebooks go (default runs/PROFILE)")
     ap.add_argument("--from", dest="start", default=None, metavar="NB", help="start at this notebook (name or number)")
     ap.add_argument("--only", nargs="+", default=None, metavar="NB", help="run only these notebooks")
     ap.add_argument("--force", action="store_true", help="re-run notebooks that already completed")

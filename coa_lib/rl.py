@@ -208,7 +208,8 @@ def grpo_args(out_dir: Path, cfg: RLConfig, **overrides):
               warmup_steps=cfg.warmup_steps, weight_decay=0.0, max_grad_norm=cfg.max_grad_norm, loss_type="dapo",
               epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, beta=cfg.beta, temperature=cfg.temperature,
               scale_rewards="group", mask_truncated_completions=False, max_completion_length=cfg.max_total_tokens,
-              logging_steps=1, save_strategy="steps", save_steps=cfg.save_every * cfg.minibatches, report_to=[],
+              logging_steps=1, save_strategy="steps", save_steps=cfg.save_every * cfg.minibatches, report_to="tensorboard",
+              activation_checkpointing=True,   # TRL's default, by its new name (the old one warns)
               bf16=False, use_cpu=not torch.cuda.is_available(), seed=cfg.seed, disable_tqdm=True, log_completions=False)
     kw.update(overrides)
     return GRPOConfig(**kw)
@@ -271,12 +272,21 @@ def _progress_callback(ro: CoARollout, dev):
 
 _QUIET_TRL = r".*(gradient_checkpointing|activation_checkpointing).*deprecated"
 
+def _no_none_scalar_notice(record) -> bool:
+    "A logging filter: drops transformers' TensorBoard notice for the metrics TRL logs as None (a batch with no clipped token)."
+    return "of type <class 'NoneType'>" not in record.getMessage()
+
 @contextmanager
 def _quiet_trl():
-    "Hides the FutureWarnings TRL 1.16's own calls raise in transformers 5 (gradient checkpointing renamed); none are ours."
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_QUIET_TRL, category=FutureWarning)
-        yield
+    "Hides the FutureWarnings TRL 1.16's own calls raise in transformers 5 (gradient checkpointing renamed) and the notice above; none are ours."
+    import logging
+    tb = logging.getLogger("transformers.integrations.integration_utils")
+    tb.addFilter(_no_none_scalar_notice)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_QUIET_TRL, category=FutureWarning)
+            yield
+    finally: tb.removeFilter(_no_none_scalar_notice)
 
 # %% ../nbs/10_agentic_rl.ipynb #63554634
 def build_rl_trainer(model, tokenizer, tasks: Sequence[dict], dev_tasks: Sequence[dict], out_dir, cfg: RLConfig,
@@ -347,6 +357,7 @@ def plot_rl_curves(curves: dict, path) -> Path:
         pts = curves.get(k) or []
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if len(pts) < 30 else None, ms=3)
         ax.set_title(title, fontsize=9); ax.set_xlabel("optimizer step", fontsize=8); ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))   # steps are whole numbers
     fig.tight_layout()
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110); plt.close(fig)

@@ -118,10 +118,10 @@ class SFTStageConfig:
 
     @classmethod
     def for_profile(cls, profile: str) -> SFTStageConfig:
-        "Smoke: a handful of steps on short rows; full: the recipe chosen on dev by `bench/sft_ladder.py` (see the end of this notebook)."
+        "Smoke: a few steps on short rows, in this process (a lane's start-up outweighs its work), fp32 unprobed; full: the ladder's recipe (end of this notebook)."
         if check_profile(profile) == "smoke":
             return cls(profile=profile, size="nano", max_len=256, batch_size=4, warmup_steps=2, token_budget=4_000,
-                       save_steps=4, logging_steps=1, n_eval=1, max_turns=3, max_new_tokens=48, lanes=2, threads=1,
+                       save_steps=4, logging_steps=1, n_eval=1, max_turns=3, max_new_tokens=48, lanes=1, bf16=False,
                        base_steps=4, base_batch=4, base_worlds=4)
         return cls(profile=profile, size="nano", max_len=2048, batch_size=4, lr_schedule="warmup_stable_decay",
                    decay_frac=0.1, token_budget=3_000_000, save_steps=200, n_eval=50, lanes=2, threads=1, base_steps=2500)
@@ -184,7 +184,8 @@ def _trainer_args(out_dir: Path, cfg: SFTStageConfig, max_steps: int, bf16: bool
                      gradient_accumulation_steps=cfg.grad_accum, learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay,
                      lr_scheduler_type=cfg.lr_schedule, warmup_steps=min(cfg.warmup_steps, max(0, max_steps - 1)),
                      lr_scheduler_kwargs=_schedule_kwargs(cfg, max_steps),
-                     logging_steps=cfg.logging_steps, save_steps=cfg.save_steps, save_total_limit=2, report_to="none",
+                     logging_steps=cfg.logging_steps, save_steps=cfg.save_steps, save_total_limit=2, report_to="tensorboard",
+                     activation_checkpointing=True,   # TRL's default, by its new name (the old one warns)
                      use_cpu=not torch.cuda.is_available(), bf16=bf16, seed=cfg.seed, data_seed=cfg.seed,
                      max_length=None, dataset_num_proc=None, dataloader_num_workers=0, disable_tqdm=True,
                      include_num_input_tokens_seen="non_padding", shuffle_dataset=False, remove_unused_columns=not weighted,

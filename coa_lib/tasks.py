@@ -391,6 +391,7 @@ def plot_task_stats(splits: dict[str, Dataset], path) -> Path:
         xs = sorted(set(hops))
         ax1.bar([x + (j - 1) * 0.27 for x in xs], [hops.count(x) for x in xs], width=0.27, label=kind)
     ax1.set(xlabel="hops (page lookups)", ylabel="train tasks", title="QA difficulty"); ax1.legend()
+    ax1.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))   # hops are whole numbers
     for j, s in enumerate(SPLITS):
         ks = splits[s]["kind"]
         ax2.bar([i + (j - 1.5) * 0.2 for i in range(len(TASK_KINDS))], [ks.count(k) for k in TASK_KINDS], width=0.2, label=s)

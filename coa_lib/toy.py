@@ -5,20 +5,21 @@
 # %% ../nbs/08b_toy.ipynb #1130428a
 from __future__ import annotations
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import torch
 
-from .core import check_profile
+from .core import atomic_dir, atomic_write_json, check_profile, read_json
 from .format import COA, TagSet, ToolCall, format_observation
-from .prompts import SYSTEM_PROMPTS, agent_prompt
+from .prompts import SYSTEM_PROMPTS, agent_prompt, as_tagset
 from .rollout import encode_prompt, pad_id
 from tqdm.auto import tqdm
 
 # %% auto #0
 __all__ = ['SYLLABLES', 'toy_world', 'toy_tasks', 'ToyToolBox', 'toy_solution', 'toy_policy', 'toy_example', 'toy_texts',
-           'ToyTrainConfig', 'train_toy_agent', 'build_toy_agent']
+           'ToyTrainConfig', 'train_toy_agent', 'build_toy_agent', 'toy_agent']
 
 # %% ../nbs/08b_toy.ipynb #33cc2311
 SYLLABLES = ("ka", "lo", "mi", "ru", "te", "zo", "ne", "vi", "sa", "pu", "do", "fe", "gi", "ho", "ja", "bu")
@@ -158,3 +159,19 @@ def build_toy_agent(cfg: ToyTrainConfig, fmt: TagSet | str = COA, progress: bool
     model = build_tiny_qwen2(tokenizer, size=cfg.size, seed=cfg.seed)
     losses = train_toy_agent(model, tokenizer, cfg, fmt, progress)
     return model, tokenizer, losses
+
+# %% ../nbs/08b_toy.ipynb #afd3b2b5
+def toy_agent(cfg: ToyTrainConfig, path, fmt: TagSet | str = COA, progress: bool = True):
+    "`build_toy_agent(cfg, fmt)` once, saved at `path`; loaded from there while its config and format match: (model, tokenizer, losses)."
+    from transformers import AutoModelForCausalLM
+    from coa_lib.tokenizer import load_tokenizer
+    path, key = Path(path), {"config": asdict(cfg), "format": as_tagset(fmt).name}
+    info = path / "toy_agent.json"
+    if info.exists() and {k: read_json(info).get(k) for k in key} == key:
+        return AutoModelForCausalLM.from_pretrained(str(path)).eval(), load_tokenizer(str(path)), read_json(info)["losses"]
+    model, tok, losses = build_toy_agent(cfg, fmt, progress)
+    def write(tmp: Path):
+        model.save_pretrained(str(tmp)); tok.save_pretrained(str(tmp))
+        atomic_write_json(tmp / "toy_agent.json", {**key, "losses": losses})
+    atomic_dir(path, write)
+    return model, tok, losses

@@ -1,6 +1,8 @@
 """kill -9 and resume: a two-stage pipeline built from the library's own artifact writers (task splits and a dataset via
 `load_or_build`/`atomic_dir`, the teacher's resumable shards) is killed mid-artifact and mid-stage by SIGKILL on the
-runner's process group, then re-run: it finishes, reuses every completed artifact, and everything in the run dir loads."""
+runner's process group, then re-run: it finishes, reuses every completed artifact, and everything in the run dir loads.
+The teacher notebook itself (nbs/05_teacher_mas.ipynb), killed at two points, reruns with no manual step and leaves no
+temporary behind."""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 
@@ -10,6 +12,8 @@ from datasets import load_from_disk
 
 from coa_lib.reproduce import marker_path
 from procs import live_pids, stat_fields
+
+REPO = Path(__file__).resolve().parents[1]
 
 STAGE_A = '''
 import os, time
@@ -71,7 +75,9 @@ def _kill_when(p: subprocess.Popen, ready, what: str, timeout: float = 240):
             assert time.time() < deadline, f"timed out waiting for {what}"
             time.sleep(0.05)
     finally:
-        os.killpg(p.pid, signal.SIGKILL); p.wait(timeout=30)
+        try: os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError: pass                                  # the run ended on its own: the assertion above says so
+        p.wait(timeout=30)
 
 
 def _alive_in_group(pgid: int) -> list[int]:
@@ -120,3 +126,40 @@ def test_killed_mid_artifact_and_mid_stage_resumes_and_reuses(tmp_path):
     for j in rd.rglob("*.json"): json.loads(j.read_text())
     leftovers = [x.name for x in rd.rglob("*") if x.name.endswith(".tmp") or ".old-" in x.name]
     assert not leftovers, leftovers
+
+
+def _entries(rd: Path) -> set[str]:
+    "Every path under a run dir, relative; the executed notebook, its HTML, the run's report and summaries left out (they differ by time)."
+    skip = {"notebooks", "html", "report.md", "summary.md", "summary.json", ".done"}
+    return {p.relative_to(rd).as_posix() for p in rd.rglob("*") if p.relative_to(rd).parts[0] not in skip}
+
+
+def test_teacher_notebook_killed_anywhere_reruns_and_leaves_no_temporary(tmp_path):
+    """nbs/05_teacher_mas.ipynb at the smoke profile, SIGKILLed in its teacher stage (after its resume demo) and inside its
+    served-model demo: each rerun completes with no manual step, leaves no temporary or demo folder in the run dir (the
+    second leaves it exactly as the first did) and nothing in the temp dir."""
+    tmp = tmp_path / "tmp"; tmp.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "torch-cache")}
+    def start(rd: Path, *extra: str) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "coa_lib.reproduce", "--profile", "smoke", "--run-dir", str(rd), "--only", "05", *extra]
+        return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, env=env)
+    def finish(rd: Path) -> None:
+        p = start(rd); _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err.decode()[-3000:]
+    rd, done = tmp_path / "run", None   # `done`: the run dir after the first rerun, which the second must leave as it found it
+    kills = [((), lambda: (rd / "teacher_traces.shards").is_dir(), "the teacher stage (its demos done)"),
+             (("--force",), lambda: any(rd.glob("*/model.safetensors")) or any(rd.glob("*/*/model.safetensors")), "the served-model demo")]
+    def settled() -> set[str]:   # the temp dir once the killed processes' watchers have done their work
+        deadline = time.time() + 30
+        while any(p.is_dir() for p in tmp.iterdir()) and time.time() < deadline: time.sleep(0.1)
+        return {p.name for p in tmp.iterdir()}
+    for extra, ready, what in kills:
+        _kill_when(start(rd, *extra), ready, what)
+        killed_left = settled()   # a SIGKILLed runner's Jupyter kernel connection file (jupyter_client's mkstemp) stays here
+        assert not [n for n in killed_left if (tmp / n).is_dir()], killed_left
+        finish(rd)                                                                    # the rerun: no manual step
+        assert not [p for p in rd.rglob("*") if p.name.startswith("tmp") or p.name.endswith(".tmp") or "demo" in p.name]
+        left = sorted(_entries(rd) ^ (done or _entries(rd)))
+        assert not left, f"after a kill at {what}, the rerun's run dir differs from a completed run's: {left[:10]}"
+        done = _entries(rd)
+        assert settled() == killed_left, sorted(settled() - killed_left)              # the rerun left nothing in the temp dir

@@ -53,7 +53,7 @@ FORMATS = {   # format: (layout, file name, the field a row cannot do without, (
 }
 assert set(FORMATS) == set(B.BENCHMARK_FORMATS), "a new format needs its bad files here"
 KINDS = ("empty", "no_records", "truncated", "missing_field", "number_for_string", "list_for_string", "null",
-         "not_a_record", "invalid_utf8", "pathological", "directory")
+         "not_a_record", "invalid_utf8", "pathological", "directory", "huge_integer", "lone_surrogate")
 CORPUS_FORMATS = ("hotpotqa", "2wiki", "musique", "corpus_jsonl")
 
 
@@ -124,6 +124,18 @@ def bad_file(fmt: str, kind: str, d: Path) -> tuple[Path, list[str]]:
             field = required
             text = with_field(field, None).replace("null", "[" * 100_000 + "]" * 100_000, 1)
             content, frags = text.encode(), [where, "nested too deeply"]
+    elif kind == "huge_integer":  # 5,000 digits: past int()'s 4,300-digit limit (json.loads raised a bare ValueError)
+        if csv_: content, frags = with_field("Puzzles", "1 2 3 " + "9" * 5000).encode(), [where, "'Puzzles'"]
+        else:
+            content = with_field(required, "@@").replace('"@@"', "9" * 5000).encode()
+            frags = [where, "unreadable JSON value", "4300 digits"]
+    elif kind == "lone_surrogate":  # JSON: a "\ud800" escape with no pair (a str that cannot be encoded); CSV: its bytes
+        if csv_:
+            text = with_field("Puzzles", "@@")
+            content, frags = text.encode().replace(b"@@", b"1 2 3 \xed\xa0\x80"), [where, "invalid UTF-8"]
+        else:
+            content = with_field(required, "@@").replace('"@@"', '"caf\\ud800 x"').encode()
+            frags = [where, repr(required), "lone surrogate"]
     else: raise KeyError(kind)
     p.write_bytes(content)
     return p, [name] + frags
@@ -160,7 +172,7 @@ CASES = [(f, k) for f in FORMATS for k in KINDS]
 
 
 def test_case_count():
-    assert len(CASES) == len(FORMATS) * len(KINDS) == 9 * 11
+    assert len(CASES) == len(FORMATS) * len(KINDS) == 9 * 13
 
 
 @pytest.mark.parametrize("fmt,kind", CASES, ids=[f"{f}-{k}" for f, k in CASES])

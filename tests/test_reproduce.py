@@ -1,11 +1,11 @@
 "The papermill runner: order, resume, --force, first failure named, interruption loses no completed notebook."
-import json, os, signal, subprocess, sys, time
+import json, os, re, shlex, signal, subprocess, sys, time
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from coa_lib.reproduce import StageFailed, marker_path, reproduce, stage_notebooks
+from coa_lib.reproduce import StageFailed, machine_info, marker_path, reproduce, stage_notebooks
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,3 +101,50 @@ def test_kill_mid_run_loses_no_completed_notebook(nbs, tmp_path):
     runs = reproduce("smoke", rd, nbs_dir=nbs, progress=False)
     assert [r.status for r in runs] == ["skipped", "done"]
     assert _log(rd) == ["a smoke", "b smoke"]
+
+
+def test_readme_says_what_the_summary_files_record(nbs, tmp_path):
+    "The README's word on `summary.md` / `summary.json` holds: the file it says records the machine (or the commit) does."
+    rd = tmp_path / "run"
+    reproduce("smoke", rd, nbs_dir=nbs, progress=False)
+    said = dict(re.findall(r"`(summary\.(?:md|json))` \(([^)]*)\)", (REPO / "README.md").read_text()))
+    assert "summary.md" in said, said
+    commit = json.loads((rd / "summary.json").read_text())["commit"]
+    for name, what in said.items():
+        text = (rd / name).read_text()
+        if "machine" in what: assert machine_info()["cpu"] in text, f"README: {name} ({what}); it has no machine"
+        if "commit" in what and commit: assert commit in text, f"README: {name} ({what}); it has no commit"
+
+
+def test_cli_refuses_a_run_dir_that_is_a_file_or_empty(nbs, tmp_path):
+    (tmp_path / "a_file").write_text("")
+    for bad in (str(tmp_path / "a_file"), str(tmp_path / "a_file" / "run"), ""):
+        p = subprocess.run([sys.executable, "-m", "coa_lib.reproduce", "--profile", "smoke", "--run-dir", bad, "--nbs-dir", str(nbs)],
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert p.returncode == 2 and "argument --run-dir" in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "nbs"]             # nothing ran, nothing was written
+
+
+def test_notebook_kernels_print_no_plain_tcp_warning(nbs, tmp_path):
+    "The kernels' channels are encrypted, so the batch's log has no 'running over TCP without encryption' line per notebook."
+    p = subprocess.run([sys.executable, "-m", "coa_lib.reproduce", "--profile", "smoke", "--run-dir", str(tmp_path / "run"), "--nbs-dir", str(nbs)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "without encryption" not in p.stdout + p.stderr and _log(tmp_path / "run") == ["a smoke", "b smoke"]
+
+
+def test_the_editable_install_prints_no_setuptools_notice(tmp_path):
+    "`make`'s editable install runs with the filter that quiets setuptools' boxed 'Editable installation' notice, and the filter works."
+    dry = subprocess.run(["make", "-n", "-B", "-C", str(REPO), ".venv/.installed"], capture_output=True, text=True, timeout=120)
+    line = next(l for l in dry.stdout.splitlines() if "pip install" in l and " -e ." in l)
+    env = dict(kv.split("=", 1) for kv in shlex.split(line) if kv.startswith("PYTHONWARNINGS="))
+    assert env, line
+    pkg = tmp_path / "pkg"; (pkg / "mini").mkdir(parents=True); (pkg / "mini" / "__init__.py").write_text("")
+    (pkg / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n'
+                                        '[project]\nname = "mini"\nversion = "0"\n[tool.setuptools]\npackages = ["mini"]\n')
+    build = [sys.executable, "-c", f"from setuptools import build_meta; build_meta.build_editable({str(tmp_path / 'wheel')!r})"]
+    noisy = subprocess.run(build, cwd=pkg, capture_output=True, text=True, timeout=120)
+    quiet = subprocess.run(build, cwd=pkg, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+    assert noisy.returncode == quiet.returncode == 0, quiet.stderr
+    assert env == {"PYTHONWARNINGS": "ignore:Editable installation"}, line
+    assert "Editable installation" in noisy.stderr and "Editable installation" not in quiet.stderr
