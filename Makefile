@@ -33,7 +33,7 @@ test-nbs: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/nbdev_test --n_workers 2 --timing
 
 test-py: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/ -q
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/ -q -n 2 --dist loadfile
 
 venv: $(STAMP)
 

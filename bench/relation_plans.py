@@ -3,7 +3,8 @@
 The scripted teacher plans a multi-hop question as "1. Look up X. 2. Look up the entity found in step 1." — the plan says
 which entity to look up but not what to read on its page, so the student must map the question's relations to hops and
 find the matching sentence on its own (LOG.md 2026-12-05: it picks "population" for "founded", the wrong hop's relation).
-AFM's planner writes sub-questions. The scripted teacher now writes them (`coa_lib.teacher.plan_steps`); this script
+AFM's planner writes sub-questions. The scripted teacher now writes them for every lookup of every kind
+(`coa_lib.teacher.plan_steps`, from the relation each gold-path step records); this script
 reproduces the experiment that measured it on a run built before that: it copies a run dir whose SFT sets are built (symlinks, nothing rewritten
 there) and rewrites only the multihop CoA rows' plans so that every step also asks its sub-question, e.g.
 "2. Look up the entity found in step 1: when was it founded?". Then train a ladder rung on it:
@@ -18,9 +19,16 @@ from __future__ import annotations
 import argparse, json, re
 from pathlib import Path
 
-from coa_lib.teacher import hop_question, hop_relations
+from coa_lib.teacher import hop_question
 
 STEP_RE = re.compile(r"(\d+)\. Look up ([^.:]+)\.")
+
+
+def hop_relations(template: str) -> list[tuple[str, str]]:
+    "(entity type, relation) of each hop of a multihop template such as 'person.born_in.city.founded'."
+    parts = template.split(".")
+    if len(parts) % 2: raise ValueError(f"a multihop template has type.relation pairs: {template!r}")
+    return list(zip(parts[0::2], parts[1::2]))
 
 
 def rewrite_plans(completion: str, template: str) -> str:

@@ -161,6 +161,35 @@ def run_rung(a) -> dict:
     return res
 
 
+def reevaluate(a) -> dict:
+    "The final evaluation of rung `a.reevaluate` again (its saved final model, today's SFTStageConfig turn budget), into its JSON."
+    from transformers import AutoModelForCausalLM
+    from coa_lib.core import atomic_write_json, resolve_run_dir
+    from coa_lib.evaluate import eval_tasks
+    from coa_lib.sft import SFTStageConfig
+    from coa_lib.stages import build_task_splits, student_tokenizer
+    from coa_lib.tasks import TaskConfig
+    from coa_lib.tokenizer import load_tokenizer
+    torch.set_num_threads(a.threads)
+    out_json = OUT / f"{a.reevaluate}.json"
+    res = json.loads(out_json.read_text())
+    if not res.get("phases_done"): raise SystemExit(f"rung {a.reevaluate!r} has no finished phase")
+    rd = resolve_run_dir(a.run_dir)
+    path = rd / "ladder" / a.reevaluate / f"phase{len(res['phases_done']) - 1}"
+    if not path.is_dir(): raise SystemExit(f"no final model of {a.reevaluate!r} at {path} (is --run-dir the rung's?)")
+    tok = load_tokenizer(path) if res.get("pretrained") else student_tokenizer(rd, a.profile)
+    cfg = replace(SFTStageConfig(**{**res["config"], "tuning": res["config"].get("tuning", "full")}),
+                  max_new_tokens=SFTStageConfig().max_new_tokens)
+    dev = eval_tasks(build_task_splits(rd, TaskConfig.for_profile(a.profile))["dev"], a.final_n_dev)
+    a.label, a.seed = a.reevaluate, res["config"].get("seed", 0)
+    new = final_eval(AutoModelForCausalLM.from_pretrained(str(path)), tok, cfg, dev, a)
+    new["max_new_tokens"] = cfg.max_new_tokens
+    if "final" in res: res["final_before"] = {**res["final"], "max_new_tokens": res["final"].get("max_new_tokens", res["config"]["max_new_tokens"])}
+    res["final"] = new
+    atomic_write_json(out_json, res)
+    return res
+
+
 def final_eval(model, tok, cfg, dev: list[dict], a) -> dict:
     "Greedy accuracy and avg@k (sampled at `a.temperature`) of the final model on `dev`, overall and by kind, with 95% CIs."
     from coa_lib.evaluate import evaluate
@@ -256,9 +285,13 @@ def main():
     ap.add_argument("--avg-k", type=int, default=4, help="samples per task for the final avg@k (0: greedy only)")
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--plot", action="store_true", help="only plot the saved curves")
+    ap.add_argument("--reevaluate", metavar="RUNG", default=None,
+                    help="evaluate a finished rung's final model again with today's evaluation settings (e.g. a new turn budget); "
+                         "the old result is kept as final_before")
     a = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    if not a.plot:
+    if a.reevaluate: reevaluate(a)
+    elif not a.plot:
         if not a.label or not a.phase: raise SystemExit("--label and at least one --phase are needed")
         run_rung(a)
     plot(sorted(OUT.glob("*.json")), OUT / "ladder.png")

@@ -16,7 +16,7 @@ from .rewards import score
 from .tools import ToolBox
 
 # %% auto #0
-__all__ = ['FORGE_STOP', 'ANSWER_STOP', 'FinishReason', 'Episode', 'Limits', 'EpisodeRun', 'TurnDecoder']
+__all__ = ['TURN_TOKENS', 'FORGE_STOP', 'ANSWER_STOP', 'FinishReason', 'Episode', 'Limits', 'EpisodeRun', 'TurnDecoder']
 
 # %% ../nbs/08a_episode.ipynb #5e08e447
 class FinishReason(str, Enum):
@@ -87,11 +87,13 @@ class Episode:
                 "problems": list(self.problems), "wall_time": float(self.wall_time), "reward": float(self.reward)}
 
 # %% ../nbs/08a_episode.ipynb #28863e6f
+TURN_TOKENS = 512   # one turn's budget: a distilled turn reaches ~370 student tokens (GameOf24's program), a code turn ~500
+
 @dataclass(frozen=True)
 class Limits:
     "Budgets of one rollout."
     max_turns: int = 8
-    max_new_tokens: int = 256
+    max_new_tokens: int = TURN_TOKENS
     max_total_tokens: int = 2048
 
     def __post_init__(self):

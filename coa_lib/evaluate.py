@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 from datasets import Dataset
 
 from .core import TASK_KINDS, atomic_write_json, resolve_run_dir, save_dataset
-from .episode import Episode, FinishReason
+from .episode import TURN_TOKENS, Episode, FinishReason
 from .format import COA, TagSet
 from .prompts import as_tagset
 from .rollout import rollout
@@ -100,7 +100,7 @@ def records_dataset(episodes: list[Episode], tasks: Sequence[dict] | None = None
 
 # %% ../nbs/08c_evaluate.ipynb #959d06c2
 def evaluate(policy, dataset, toolbox=None, fmt: TagSet | str = COA, n: int = 1, k: Sequence[int] = (1,),
-             run_dir: str | Path | None = None, name: str = "eval", max_turns: int = 8, max_new_tokens: int = 256,
+             run_dir: str | Path | None = None, name: str = "eval", max_turns: int = 8, max_new_tokens: int = TURN_TOKENS,
              max_total_tokens: int = 2048, temperature: float = 0.0, seed: int | None = None, batch_size: int = 32,
              reward_fn: Callable[[dict, str | None], float] | None = None, progress: bool = True) -> tuple[dict, Any]:
     "Roll out `n` episodes per task of `dataset`; (metrics, records Dataset), both saved under `run_dir/name` if given."

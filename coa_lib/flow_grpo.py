@@ -22,7 +22,8 @@ from .tokenizer import load_tokenizer
 # %% auto #0
 __all__ = ['FLOW_CURVES', 'FlowGRPOConfig', 'group_advantages', 'flow_grpo_loss', 'TurnSample', 'turn_samples', 'token_logprobs',
            'length_chunks', 'FlowGRPOTrainer', 'rollout_stats', 'default_modules', 'model_fingerprint',
-           'train_flow_grpo', 'plot_flow_curves', 'plot_planner_comparison', 'plot_turn_budget', 'plot_tool_usage']
+           'tensorboard_writer', 'train_flow_grpo', 'plot_flow_curves', 'plot_planner_comparison', 'plot_turn_budget',
+           'plot_tool_usage']
 
 # %% ../nbs/12_flow_grpo.ipynb #0430dc0e
 @dataclass
@@ -255,6 +256,11 @@ def model_fingerprint(path) -> str:
     done = [Path(path) / f for f in ("sft_done.json", "flow_grpo_done.json") if (Path(path) / f).exists()]
     return stable_hash([read_json(p) for p in done]) if done else str(path)
 
+def tensorboard_writer(log_dir, step: int):
+    "A TensorBoard writer of the curves in `log_dir`; resuming after `step` drops what a killed run wrote after that step."
+    from torch.utils.tensorboard import SummaryWriter
+    return SummaryWriter(str(log_dir), purge_step=step + 1 if step else None)
+
 def train_flow_grpo(planner, tasks: Sequence[dict], out_dir, config: FlowGRPOConfig | None = None,
                     make_modules: Callable = default_modules, progress: bool = True) -> Path:
     "Train the planner at `planner` (a model dir) by Flow-GRPO on `tasks`; resumes its own `out_dir/checkpoint`, skips when done."
@@ -277,12 +283,16 @@ def train_flow_grpo(planner, tasks: Sequence[dict], out_dir, config: FlowGRPOCon
     order = list(tasks); random.Random(cfg.seed).shuffle(order)
     q, t0 = cfg.queries_per_step, time.perf_counter()
     bar = tqdm(total=cfg.steps, initial=trainer.step, desc="Flow-GRPO", disable=not progress)
+    board = tensorboard_writer(out_dir / "tensorboard", trainer.step)
     while trainer.step < cfg.steps:
         k = trainer.step * q
         row = trainer.train_step([order[(k + j) % len(order)] for j in range(q)])
         bar.update(1); bar.set_postfix(reward=f"{row['reward']:.2f}", err=f"{row['tool_error_rate']:.2f}")
+        for key, v in row.items():
+            if key != "step" and isinstance(v, (int, float)): board.add_scalar(f"flow_grpo/{key}", v, trainer.step)
+        board.flush()                             # a kill loses no finished step's curve
         if trainer.step % cfg.save_every == 0 or trainer.step == cfg.steps: trainer.save(out_dir)
-    bar.close()
+    bar.close(); board.close()
     trainer.policy.save_pretrained(str(out_dir)); tok.save_pretrained(str(out_dir))
     atomic_write_json(out_dir / "flow_grpo_curves.json", trainer.history)
     plot_flow_curves(trainer.history, out_dir / "flow_grpo_curves.png")

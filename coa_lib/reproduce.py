@@ -4,17 +4,18 @@
 
 # %% ../nbs/14_reproduce.ipynb #adce20e5
 from __future__ import annotations
-import argparse, sys, time
+import argparse, os, sys, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 
 from .cli import run_dir_arg
-from .core import PROFILES, atomic_write_json, atomic_write_text, check_profile, read_json, resolve_run_dir, stable_hash
+from .core import PROFILES, atomic_write_json, atomic_write_text, check_profile, read_json, resolve_run_dir, stable_hash, temp_dir
 from .report import build_report
 
 # %% auto #0
 __all__ = ['RUNNER_NOTEBOOK', 'find_repo_root', 'stage_notebooks', 'select_notebooks', 'marker_path', 'completed', 'NotebookRun',
-           'git_commit', 'machine_info', 'StageFailed', 'run_notebook', 'format_summary', 'reproduce', 'main']
+           'git_commit', 'machine_info', 'StageFailed', 'kernel_files_dir', 'run_notebook', 'format_summary',
+           'reproduce', 'main']
 
 # %% ../nbs/14_reproduce.ipynb #99645451
 RUNNER_NOTEBOOK = "14_reproduce.ipynb"
@@ -116,6 +117,13 @@ def _source_cell(executed: Path, cell_index: int) -> tuple[int, str]:
     src = cells[cell_index].source.strip().splitlines() if cell_index < len(cells) else []
     return idx, (src[0][:60] if src else "")
 
+_kernel_files: list[Path] = []
+
+def kernel_files_dir() -> Path:
+    "Where this runner's kernels keep their connection files: a temporary directory removed however the runner ends (kill -9 too)."
+    if not _kernel_files: _kernel_files.append(temp_dir("coa-kernels-"))
+    return _kernel_files[0]
+
 def run_notebook(nb: Path, run_dir: Path, profile: str, progress: bool = True) -> float:
     "Execute `nb` with papermill into `run_dir/notebooks/`, injecting `profile` and `run_dir`; return wall seconds."
     import papermill as pm, zmq
@@ -123,11 +131,12 @@ def run_notebook(nb: Path, run_dir: Path, profile: str, progress: bool = True) -
     out = Path(run_dir) / "notebooks" / nb.name
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
+    kernel = {"transport_encryption": "auto" if zmq.has("curve") else "disabled",   # CurveZMQ: no "running over TCP without encryption" warning
+              "connection_file": str(kernel_files_dir() / f"kernel-{os.getpid()}-{nb.stem}.json")}   # not a stray file in /tmp after a kill
     try:
         pm.execute_notebook(str(nb), str(out), parameters=dict(profile=profile, run_dir=str(run_dir)),
                             cwd=str(nb.parent), kernel_name="python3", progress_bar=progress, log_output=False,
-                            # the kernel's channels encrypted (CurveZMQ): no "running over TCP without encryption" warning
-                            config=Config(KernelManager={"transport_encryption": "auto" if zmq.has("curve") else "disabled"}))
+                            config=Config(KernelManager=kernel))
     except pm.PapermillExecutionError as e:
         idx, first_line = _source_cell(out, e.cell_index)
         raise StageFailed(f"{nb.name}: cell {idx} (0-based, `{first_line}`) raised {e.ename}: {e.evalue}\n"

@@ -14,7 +14,7 @@ import torch
 from datasets import Dataset
 
 from .core import QA_KINDS, atomic_write_json, check_profile, config_json, read_json
-from .episode import Episode
+from .episode import TURN_TOKENS, Episode
 from .evaluate import is_correct
 from .format import COA, TagSet
 from .prompts import agent_prompt, as_tagset
@@ -46,7 +46,7 @@ class RLConfig:
     beta: float = 0.0               # DAPO: no KL term
     temperature: float = 1.0
     max_turns: int = 8
-    max_new_tokens: int = 256
+    max_new_tokens: int = TURN_TOKENS
     max_total_tokens: int = 2048
     dynamic_sampling: bool = True   # drop groups whose rewards all agree and refill the batch
     max_refill_rounds: int = 3      # refill rounds per batch before the batch is filled with the dropped groups

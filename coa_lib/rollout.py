@@ -12,7 +12,7 @@ from fastcore.basics import patch
 import torch
 from tqdm.auto import tqdm
 
-from .episode import Episode, EpisodeRun, FinishReason, Limits, TurnDecoder
+from .episode import TURN_TOKENS, Episode, EpisodeRun, FinishReason, Limits, TurnDecoder
 from .format import COA, STOP_STRINGS, TagSet, TurnEnd
 from .prompts import agent_prompt, as_tagset, has_chat_template
 
@@ -334,7 +334,7 @@ def _runs_for(tasks, fmt: TagSet, n: int, limits: Limits, toolbox, tokenizer, re
 # %% ../nbs/08_rollout.ipynb #aeb6c1d8
 @torch.inference_mode()
 def naive_rollout(model, tokenizer, tasks, toolbox=None, fmt: TagSet | str = COA, n: int = 1, max_turns: int = 8,
-                  max_new_tokens: int = 256, max_total_tokens: int = 2048, temperature: float = 0.0, seed: int | None = None,
+                  max_new_tokens: int = TURN_TOKENS, max_total_tokens: int = 2048, temperature: float = 0.0, seed: int | None = None,
                   reward_fn: Callable | None = None, progress: bool = False) -> list[Episode]:
     "Reference loop: one episode at a time, `model.generate` re-encoding the whole history every turn."
     from transformers import GenerationConfig
@@ -382,7 +382,7 @@ def _as_hf(policy):
     if isinstance(model, torch.nn.Module) and getattr(policy, "tokenizer", None) is not None: return model, policy.tokenizer
     return None
 
-def rollout(policy, tasks, toolbox=None, fmt: TagSet | str = COA, n: int = 1, max_turns: int = 8, max_new_tokens: int = 256,
+def rollout(policy, tasks, toolbox=None, fmt: TagSet | str = COA, n: int = 1, max_turns: int = 8, max_new_tokens: int = TURN_TOKENS,
             max_total_tokens: int = 2048, temperature: float = 0.0, seed: int | None = None, batch_size: int = 32,
             reward_fn: Callable[[dict, str | None], float] | None = None, progress: bool = True,
             stats: dict | None = None) -> list[Episode]:

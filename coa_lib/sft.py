@@ -5,23 +5,26 @@
 # %% ../nbs/09_sft.ipynb #c1803d97
 from __future__ import annotations
 import math, random, time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import torch
 from datasets import Dataset
 from fastcore.basics import patch
 
 from .core import atomic_write_json, check_profile, launched_processes, read_json
+from .episode import TURN_TOKENS
 from .format import observation_char_spans
 from .tuning import Tuning, WallClockBudget, default_lr, merged, prepare_for_tuning, trainable_parameters, trained_positions_loss
 
 # %% auto #0
 __all__ = ['IGNORE', 'BF16_MIN_SPEEDUP', 'COPY_LOSS_KEYS', 'completion_pieces', 'encode_sft_row', 'tokenize_sft',
-           'SFTStageConfig', 'probe_precision', 'choose_precision', 'WeightedLossCollator', 'weighted_token_loss',
-           'build_sft_trainer', 'last_checkpoint', 'budget_subset', 'train_sft', 'plot_loss', 'sft_loss',
-           'replace_token', 'quote_rows', 'eval_loss', 'ladder_summary', 'copy_token_losses']
+           'SFTStageConfig', 'longest_turns', 'turns_over_budget', 'probe_precision', 'choose_precision',
+           'WeightedLossCollator', 'weighted_token_loss', 'build_sft_trainer', 'last_checkpoint', 'budget_subset',
+           'train_sft', 'plot_loss', 'sft_loss', 'replace_token', 'quote_rows', 'eval_loss', 'ladder_summary',
+           'copy_token_losses']
 
 # %% ../nbs/09_sft.ipynb #47720e1c
 IGNORE = -100   # the label of a token that gets no loss
@@ -105,7 +108,7 @@ class SFTStageConfig:
     base_threads: int | None = None # torch threads of the base pretraining (one model, before the lanes start; None: every core)
     n_eval: int = 8                 # evaluation tasks per kind (test split) for each student
     max_turns: int = 8
-    max_new_tokens: int = 256
+    max_new_tokens: int = TURN_TOKENS   # one turn's budget in evaluation (coa_lib.episode): the longest distilled turn must fit
     base: str | None = None         # a pretrained student: a coa_lib.pretrained.WHEEL_MODELS name or any HF model path (None: from scratch)
     tuning: Tuning = Tuning.FULL    # which weights train (coa_lib.tuning): full, top_layers or lora
     train_layers: int = 6           # Tuning.TOP_LAYERS: how many of the last decoder layers train
@@ -130,6 +133,21 @@ class SFTStageConfig:
         "Optimizer steps that spend `token_budget` on rows of `mean_tokens` tokens (or `max_steps`)."
         if self.max_steps is not None: return self.max_steps
         return max(1, math.ceil(self.token_budget / (self.batch_size * self.grad_accum * max(1.0, mean_tokens))))
+
+# %% ../nbs/09_sft.ipynb #6253862e
+def longest_turns(rows: Iterable[dict], tokenizer) -> list[int]:
+    "Each row's longest model turn in tokens of `tokenizer`: its completion cut at the observations, what one generation call writes."
+    out = []
+    for r in rows:
+        text, start, longest = r["completion"], 0, 0
+        for a, b in observation_char_spans(text) + [(len(text), len(text))]:
+            longest, start = max(longest, len(tokenizer(text[start:a], add_special_tokens=False)["input_ids"])), b
+        out.append(longest)
+    return out
+
+def turns_over_budget(rows: Sequence[dict], tokenizer, budget: int) -> dict[str, int]:
+    "How many rows of each kind have a turn longer than `budget` tokens (rows with no `kind`: 'rows')."
+    return dict(Counter(r.get("kind", "rows") for r, n in zip(rows, longest_turns(rows, tokenizer)) if n > budget))
 
 # %% ../nbs/09_sft.ipynb #e7e15e58
 @patch(as_prop=True)

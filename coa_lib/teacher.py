@@ -17,7 +17,7 @@ from .tokenizer import IM_END, IM_START
 
 # %% auto #0
 __all__ = ['HOP_QUESTIONS', 'COUNTRY_FOUNDED', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'MistakeKnobs', 'ParsedPrompt', 'read_prompt',
-           'step_groups', 'unseen_numbers', 'hop_relations', 'hop_question', 'plan_steps', 'planner_policy',
+           'step_groups', 'unseen_numbers', 'hop_question', 'step_question', 'plan_steps', 'planner_policy',
            'search_policy', 'code_policy', 'critic_policy', 'verifier_policy', 'answerer_policy', 'task_registry',
            'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
 
@@ -133,16 +133,19 @@ HOP_QUESTIONS = {  # relation of one hop -> the sub-question a plan step asks ab
 }
 COUNTRY_FOUNDED = "when was {e} established?"   # the worlds say a country was "established"
 
-def hop_relations(template: str) -> list[tuple[str, str]]:
-    "(entity type, relation) of each hop of a multihop template such as 'person.born_in.city.founded'."
-    parts = template.split(".")
-    if len(parts) % 2: raise ValueError(f"a multihop template has type.relation pairs: {template!r}")
-    return list(zip(parts[0::2], parts[1::2]))
-
 def hop_question(entity_type: str, relation: str, entity: str) -> str:
     "The sub-question one hop asks; an entity found in an earlier step reads as 'it'."
     e = "it" if entity.startswith("the entity found") else entity
     return (COUNTRY_FOUNDED if (entity_type, relation) == ("country", "founded") else HOP_QUESTIONS[relation]).format(e=e)
+
+def step_question(path: list[dict], group: list[int], target: str) -> str | None:
+    "What one lookup step asks of its page, every relation it reads; None when the gold path does not say (a loaded benchmark)."
+    asks = []
+    for i in group:
+        if "relation" not in path[i]: return None
+        q = hop_question(path[i]["type"], path[i]["relation"], target)
+        if q not in asks: asks.append(q)
+    return " ".join(asks)
 
 
 # %% ../nbs/05a_scripted_teacher.ipynb #93836ab1
@@ -150,14 +153,12 @@ def plan_steps(task: dict) -> list[tuple[str, str]]:
     "The (agent, sub-task) steps a competent planner writes for `task`."
     kind, path, q = task["kind"], _gold_steps(task), task["question"]
     steps, groups = [], step_groups(task)
-    hops = hop_relations(task["_meta"]["template"]) if kind == "multihop" else None
-    if hops and len(hops) != len(groups): hops = None          # a plan step per hop, or no sub-questions
     for g in groups:
         page = path[g[0]]["page"]
         src = _source_step(path, groups, g[0]) if not _contains(q, page) else None
         target = f"the entity found in step {src}" if src else page
-        hop = hops[len(steps)] if hops else None                  # multihop: the sub-question of this hop
-        steps.append((Role.SEARCH.value, f"Look up {target}: {hop_question(*hop, target)}" if hop else f"Look up {target}."))
+        ask = step_question(path, g, target)                       # what to read on the page (AFM's planner writes sub-questions)
+        steps.append((Role.SEARCH.value, f"Look up {target}: {ask}" if ask else f"Look up {target}."))
     if kind == "mixed": steps.append((Role.CODE.value, "Compute the answer from the findings."))
     elif kind == "math": steps.append((Role.CODE.value, "Compute the answer from the question's numbers."))
     elif kind == "game24": steps.append((Role.CODE.value, "Try every way to make 24 from the four numbers."))
@@ -262,14 +263,16 @@ def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: Mistak
     return f"<think>Neither the results nor the page state it.</think>\n<report>Not found: no observation states the fact.</report>"
 
 # %% ../nbs/05a_scripted_teacher.ipynb #005318aa
-GAME24_PROGRAM = '''from fractions import Fraction as F
+GAME24_PROGRAM = '''hand = "{hand}"
+import re
+from fractions import Fraction as F
 from itertools import permutations
 def solve(xs):
     if len(xs) == 1: return xs[0][1][1:-1] if xs[0][0] == 24 else None
     for (a, x), (b, y), *rest in permutations(xs):
         for v, e in ((a + b, "+"), (a - b, "-"), (a * b, "*"), (a / b if b else None, "/")):
             if v is not None and (r := solve(rest + [(v, f"({{x}}{{e}}{{y}})")])): return r
-print(solve([(F(n), str(n)) for n in {nums}]) or "no solution")'''
+print(solve([(F(n), n) for n in re.findall(r"\\d+", hand)]) or "no solution")'''
 
 def _slip(code: str, rng: random.Random) -> str:
     "The code with one integer literal changed (a mistyped operand or an off-by-one bug)."
@@ -302,7 +305,8 @@ def code_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeK
     if kind == "game24":
         hand = [int(x) for x in task["_meta"].get("hand", [])]
         if slip and hand: hand[rng.randrange(len(hand))] += 1
-        return f"<think>I will try every order and operator with exact fractions.</think>\n<code>{GAME24_PROGRAM.format(nums=hand)}</code>"
+        hand_text = ", ".join(map(str, hand[:-1])) + f" and {hand[-1]}"     # as the question writes it: the student copies one span
+        return f"<think>I will try every order and operator with exact fractions.</think>\n<code>{GAME24_PROGRAM.format(hand=hand_text)}</code>"
     if kind == "code":
         src, test = task["_meta"].get("reference", ""), _example_test(task)
         if slip: src = _slip(src, rng)

@@ -107,14 +107,29 @@ def test_turn_samples_broadcast_the_outcome(world):
 
 
 def test_resume_gives_the_same_planner(world, tmp_path):
+    "A run that dies after its first checkpoint, run again with the same settings, resumes there and ends where an unbroken run ends."
+    from coa_lib.flow_grpo import default_modules
     tasks, tok, model = world
     model.save_pretrained(str(tmp_path / "warm")); tok.save_pretrained(str(tmp_path / "warm"))
     cfg = replace(FlowGRPOConfig.for_profile("smoke"), steps=2, save_every=1, lr=1e-2)
     straight = train_flow_grpo(tmp_path / "warm", tasks[:4], tmp_path / "straight", cfg, progress=False)
-    train_flow_grpo(tmp_path / "warm", tasks[:4], tmp_path / "resumed", replace(cfg, steps=1), progress=False)
-    resumed = train_flow_grpo(tmp_path / "warm", tasks[:4], tmp_path / "resumed", cfg, progress=False)
+    calls = []
+    def dies_in_step_2(batch, planner):
+        calls.append(1)
+        if len(calls) == 2: raise KeyboardInterrupt("killed in the second rollout batch")
+        return default_modules(batch, planner)
+    with pytest.raises(KeyboardInterrupt):
+        train_flow_grpo(tmp_path / "warm", tasks[:4], tmp_path / "resumed", cfg, make_modules=dies_in_step_2, progress=False)
+    assert (tmp_path / "resumed" / "checkpoint" / "trainer_state.pt").exists() and not (tmp_path / "resumed" / "flow_grpo_done.json").exists()
+    calls.clear()
+    resumed = train_flow_grpo(tmp_path / "warm", tasks[:4], tmp_path / "resumed", cfg, make_modules=dies_in_step_2, progress=False)
+    assert len(calls) == 1                                                   # only step 2 ran again: step 1 came from the checkpoint
     h1, h2 = read_json(straight / "flow_grpo_curves.json"), read_json(resumed / "flow_grpo_curves.json")
     assert [h["reward"] for h in h1] == [h["reward"] for h in h2] and len(h1) == 2
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    board = EventAccumulator(str(resumed / "tensorboard")); board.Reload()      # the curves in TensorBoard too, once per step
+    assert [e.step for e in board.Scalars("flow_grpo/reward")] == [1, 2]
+    assert [e.value for e in board.Scalars("flow_grpo/reward")] == pytest.approx([h["reward"] for h in h2])
     from transformers import AutoModelForCausalLM
     a, b = (AutoModelForCausalLM.from_pretrained(str(p)) for p in (straight, resumed))
     w0 = AutoModelForCausalLM.from_pretrained(str(tmp_path / "warm"))

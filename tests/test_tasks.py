@@ -129,6 +129,8 @@ def _check_gold_path(w, row):
     assert searches
     for s in searches:   # every fact is on its page, and the page is found by searching its title
         assert s["page"] in w.pages and s["fact"] in w.pages[s["page"]] and s["query"] == s["page"]
+        # and says what it reads there: the page's entity type and the relation whose sentence is the fact (the plan's sub-question)
+        assert s["type"] == w.entities[s["page"]].type and w.sentences[(s["page"], s["relation"])] == s["fact"]
     for e in m["entities"]: assert e in row["question"]
     if row["kind"] == "multihop":
         assert m["hops"] == len(searches) and 1 <= m["hops"] <= 3
