@@ -1,7 +1,7 @@
 """Nothing is left in the system temp dir (issue 27 item 21): a temporary run dir goes however its process ends (normal exit,
 `os._exit` as nbdev_test's worker processes end, SIGKILL); a notebook run by nbdev_test in a worker leaves no folder; the
 stage notebooks make no temporary folder that only an `atexit` handler or nobody would remove."""
-import json, os, re, signal, subprocess, sys, time
+import json, os, re, shutil, signal, subprocess, sys, tempfile, time
 from pathlib import Path
 
 import nbformat
@@ -55,9 +55,17 @@ def test_a_fork_ending_leaves_its_parents_run_dir(tmp_path):
     assert _left(tmp) == []                                                       # and it goes when the parent ends
 
 
-def test_nbdev_test_in_a_worker_leaves_nothing(tmp_path):
+@pytest.fixture
+def short_tmp_path():
+    "A fresh folder with a short path: multiprocessing puts AF_UNIX sockets under TMPDIR, and a socket path may not pass 107 bytes (xdist's tmp_path can)."
+    d = Path(tempfile.mkdtemp(prefix="coa-test-"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_nbdev_test_in_a_worker_leaves_nothing(short_tmp_path):
     "`make test` runs notebooks in worker processes that end with `os._exit`: no atexit handler runs there."
-    tmp = tmp_path / "tmp"
+    tmp = short_tmp_path / "tmp"
     p = subprocess.run([str(Path(sys.executable).parent / "nbdev_test"), "--path", "nbs/14c_report.ipynb", "--n_workers", "1"],
                        cwd=REPO, env=_env(tmp), capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
