@@ -4,7 +4,7 @@
 
 # %% ../nbs/14_reproduce.ipynb #adce20e5
 from __future__ import annotations
-import argparse, os, sys, time
+import argparse, functools, sys, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 
@@ -117,12 +117,10 @@ def _source_cell(executed: Path, cell_index: int) -> tuple[int, str]:
     src = cells[cell_index].source.strip().splitlines() if cell_index < len(cells) else []
     return idx, (src[0][:60] if src else "")
 
-_kernel_files: list[Path] = []
-
+@functools.cache
 def kernel_files_dir() -> Path:
     "Where this runner's kernels keep their connection files: a temporary directory removed however the runner ends (kill -9 too)."
-    if not _kernel_files: _kernel_files.append(temp_dir("coa-kernels-"))
-    return _kernel_files[0]
+    return temp_dir("coa-kernels-")
 
 def run_notebook(nb: Path, run_dir: Path, profile: str, progress: bool = True) -> float:
     "Execute `nb` with papermill into `run_dir/notebooks/`, injecting `profile` and `run_dir`; return wall seconds."
@@ -132,7 +130,7 @@ def run_notebook(nb: Path, run_dir: Path, profile: str, progress: bool = True) -
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     kernel = {"transport_encryption": "auto" if zmq.has("curve") else "disabled",   # CurveZMQ: no "running over TCP without encryption" warning
-              "connection_file": str(kernel_files_dir() / f"kernel-{os.getpid()}-{nb.stem}.json")}   # not a stray file in /tmp after a kill
+              "connection_file": str(kernel_files_dir() / f"kernel-{nb.stem}.json")}   # not a stray file in /tmp after a kill
     try:
         pm.execute_notebook(str(nb), str(out), parameters=dict(profile=profile, run_dir=str(run_dir)),
                             cwd=str(nb.parent), kernel_name="python3", progress_bar=progress, log_output=False,

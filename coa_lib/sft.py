@@ -5,7 +5,6 @@
 # %% ../nbs/09_sft.ipynb #c1803d97
 from __future__ import annotations
 import math, random, time
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -21,10 +20,9 @@ from .tuning import Tuning, WallClockBudget, default_lr, merged, prepare_for_tun
 
 # %% auto #0
 __all__ = ['IGNORE', 'BF16_MIN_SPEEDUP', 'COPY_LOSS_KEYS', 'completion_pieces', 'encode_sft_row', 'tokenize_sft',
-           'SFTStageConfig', 'longest_turns', 'turns_over_budget', 'probe_precision', 'choose_precision',
-           'WeightedLossCollator', 'weighted_token_loss', 'build_sft_trainer', 'last_checkpoint', 'budget_subset',
-           'train_sft', 'plot_loss', 'sft_loss', 'replace_token', 'quote_rows', 'eval_loss', 'ladder_summary',
-           'copy_token_losses']
+           'SFTStageConfig', 'longest_turns', 'probe_precision', 'choose_precision', 'WeightedLossCollator',
+           'weighted_token_loss', 'build_sft_trainer', 'last_checkpoint', 'budget_subset', 'train_sft', 'plot_loss',
+           'sft_loss', 'replace_token', 'quote_rows', 'eval_loss', 'ladder_summary', 'copy_token_losses']
 
 # %% ../nbs/09_sft.ipynb #47720e1c
 IGNORE = -100   # the label of a token that gets no loss
@@ -144,10 +142,6 @@ def longest_turns(rows: Iterable[dict], tokenizer) -> list[int]:
             longest, start = max(longest, len(tokenizer(text[start:a], add_special_tokens=False)["input_ids"])), b
         out.append(longest)
     return out
-
-def turns_over_budget(rows: Sequence[dict], tokenizer, budget: int) -> dict[str, int]:
-    "How many rows of each kind have a turn longer than `budget` tokens (rows with no `kind`: 'rows')."
-    return dict(Counter(r.get("kind", "rows") for r, n in zip(rows, longest_turns(rows, tokenizer)) if n > budget))
 
 # %% ../nbs/09_sft.ipynb #e7e15e58
 @patch(as_prop=True)
