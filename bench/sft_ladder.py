@@ -172,6 +172,7 @@ def reevaluate(a) -> dict:
     from coa_lib.tokenizer import load_tokenizer
     torch.set_num_threads(a.threads)
     out_json = OUT / f"{a.reevaluate}.json"
+    if not out_json.is_file(): raise SystemExit(f"no rung {a.reevaluate!r}: rungs are {sorted(p.stem for p in OUT.glob('*.json'))}")
     res = json.loads(out_json.read_text())
     if not res.get("phases_done"): raise SystemExit(f"rung {a.reevaluate!r} has no finished phase")
     rd = resolve_run_dir(a.run_dir)
