@@ -391,7 +391,8 @@ def build_docs(run_dir: str | Path, out_dir: str | Path = "site", repo_root: str
     if companions: pages = execute_companions(pages, bd / "executed", root, progress)
     scrub = MachinePaths.of(root, rd)
     for p in pages: write_notebook_page(p, docs / "notebooks" / f"{p.name}.ipynb", rd.name, scrub)
-    nav = [{"Home": "index.md"}, *notebook_nav(pages), *report_nav(rd, docs, report_note(readme_text, rd))]
+    from coa_lib.viewer import episode_nav   # here, not at the top: the mkdocs hook imports this module and needs none of it
+    nav = [{"Home": "index.md"}, *notebook_nav(pages), *report_nav(rd, docs, report_note(readme_text, rd)), *episode_nav(rd, docs)]
     config = bd / "mkdocs.yml"
     cache = Path(cache_dir).resolve() if cache_dir else bd / "cache"   # mkdocs-jupyter's pages, keyed by notebook hash
     (bd / "hooks.py").write_text(_HOOK_FILE)
