@@ -198,9 +198,10 @@ def final_eval(model, tok, cfg, dev: list[dict], a) -> dict:
     policy = load_policy(model, tok, dtype=cfg.eval_dtype)
     out = {}
     t0 = time.perf_counter()
-    g, _ = evaluate(policy, dev, fmt="coa", max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, progress=False)
+    g, recs = evaluate(policy, dev, fmt="coa", max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, progress=False)
     out["greedy"] = {k: g[k] for k in ("n_tasks", "accuracy", "accuracy_ci95", "by_kind", "invalid_rate", "finish_reasons",
                                         "mean_processed_tokens", "mean_tool_calls")}
+    out["greedy"]["reward_by_task"] = dict(zip(recs["task_id"], recs["reward"]))    # for paired comparisons between rungs
     out["greedy"]["eval_s"] = time.perf_counter() - t0
     print(f"[{a.label}] final greedy on {len(dev)} dev tasks: {g['accuracy']:.3f} {g['accuracy_ci95']} "
           + " ".join(f"{k[:5]} {v['accuracy']:.2f}" for k, v in g["by_kind"].items()), flush=True)

@@ -125,7 +125,7 @@ class SFTStageConfig:
                        save_steps=4, logging_steps=1, n_eval=1, max_turns=3, max_new_tokens=48, lanes=1, bf16=False,
                        base_steps=4, base_batch=4, base_worlds=4)
         return cls(profile=profile, size="nano", max_len=2048, batch_size=4, lr_schedule="warmup_stable_decay",
-                   decay_frac=0.1, token_budget=3_000_000, save_steps=200, n_eval=50, lanes=2, threads=1, base_steps=2500)
+                   decay_frac=0.1, token_budget=5_500_000, save_steps=200, n_eval=50, lanes=2, threads=1, base_steps=2500)
 
     def steps_for(self, mean_tokens: float) -> int:
         "Optimizer steps that spend `token_budget` on rows of `mean_tokens` tokens (or `max_steps`)."
