@@ -66,13 +66,17 @@ def block(cls: str, label: str, text: str, env: bool = False) -> str:
     shown = f"<pre>{esc(text)}</pre>" if text else '<span class="cv-empty"> (empty)</span>'
     return f'<div class="cv-seg {cls}" data-source="{src}"><span class="cv-tag">{esc(label)}</span>{shown}</div>'
 
+_REPORT_RE = re.compile(r"<report>(.*?)</report>", re.S)
+
 def segments_html(text: str) -> str:
     "A trajectory as styled spans: role tags, tool calls, observations (marked as environment text), untagged text."
     out = []
     for s in parse_coa(text):
         more = "" if s.closed else " (never closed)"
         if s.tag is None:
-            if s.content.strip(): out.append(block("cv-text", "untagged text", s.content))
+            for i, part in enumerate(_REPORT_RE.split(s.content)):   # odd parts: a MAS agent's <report> to its team
+                if i % 2: out.append(block("cv-role cv-report", "report (to the team)", part))
+                elif part.strip(): out.append(block("cv-text", "untagged text", part))
         elif s.tag == OBSERVATION: out.append(block("cv-env", f"observation · {ENV_LABEL}{more}", s.content, env=True))
         elif s.tag in TOOL_TAGS: out.append(block("cv-tool", f"tool call · {s.tag}{more}", s.content))
         else: out.append(block(f"cv-role cv-{s.tag}", s.tag + more, s.content))
@@ -92,7 +96,7 @@ VIEWER_CSS = """<style>
 .md-typeset .cv-seg{margin:.3em 0;border-left:4px solid #9e9e9e;padding:.1em .5em}
 .md-typeset .cv-seg pre{white-space:pre-wrap;word-break:break-word;margin:0;padding:0;font-size:.72rem;background:none;line-height:1.45}
 .cv-tag{font-size:.62rem;font-weight:700;text-transform:uppercase;letter-spacing:.03em;color:#555}
-.md-typeset .cv-plan{border-color:#3f51b5}.md-typeset .cv-reflection{border-color:#8e24aa}
+.md-typeset .cv-plan{border-color:#3f51b5}.md-typeset .cv-report{border-color:#6d4c41}.md-typeset .cv-reflection{border-color:#8e24aa}
 .md-typeset .cv-suggested_answer,.md-typeset .cv-double_check{border-color:#00897b}
 .md-typeset .cv-answer{border-color:#2e7d32;background:#f1f8e9}
 .md-typeset .cv-tool{border-color:#ef6c00;background:#fff6e5}
