@@ -179,7 +179,7 @@ def _feedback_steps(feedback: str, steps: list[tuple[str, str]]) -> list[int]:
 # %% ../nbs/05a_scripted_teacher.ipynb #27faaa23
 def _suggest(task: dict, findings: dict[int, str]) -> str:
     "The answer the findings support, computed the way the question asks; 'unknown' if they do not."
-    kind = task["kind"]
+    kind, path = task["kind"], _gold_steps(task)
     if kind in ("mixed", "math", "game24", "comparison"):     # the program's printed result
         last = findings.get(max(findings)) if findings else None
         m = re.search(r"Result: (.+)", last or "")
