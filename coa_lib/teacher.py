@@ -18,8 +18,8 @@ from .tokenizer import IM_END, IM_START
 # %% auto #0
 __all__ = ['HOP_QUESTIONS', 'COUNTRY_FOUNDED', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'MistakeKnobs', 'ParsedPrompt', 'read_prompt',
            'step_groups', 'unseen_numbers', 'hop_question', 'step_question', 'plan_steps', 'planner_policy',
-           'step_finding', 'search_policy', 'compared_values', 'code_policy', 'critic_policy', 'verifier_policy',
-           'answerer_policy', 'task_registry', 'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
+           'search_policy', 'code_policy', 'critic_policy', 'verifier_policy', 'answerer_policy', 'task_registry',
+           'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
 
 # %% ../nbs/05a_scripted_teacher.ipynb #8a1f0e65
 @dataclass(frozen=True)
@@ -160,7 +160,6 @@ def plan_steps(task: dict) -> list[tuple[str, str]]:
         ask = step_question(path, g, target)                       # what to read on the page (AFM's planner writes sub-questions)
         steps.append((Role.SEARCH.value, f"Look up {target}: {ask}" if ask else f"Look up {target}."))
     if kind == "mixed": steps.append((Role.CODE.value, "Compute the answer from the findings."))
-    elif kind == "comparison": steps.append((Role.CODE.value, "Compare the two findings."))
     elif kind == "math": steps.append((Role.CODE.value, "Compute the answer from the question's numbers."))
     elif kind == "game24": steps.append((Role.CODE.value, "Try every way to make 24 from the four numbers."))
     elif kind == "code": steps.append((Role.CODE.value, "Write the function and test the example."))
@@ -180,7 +179,7 @@ def _feedback_steps(feedback: str, steps: list[tuple[str, str]]) -> list[int]:
 def _suggest(task: dict, findings: dict[int, str]) -> str:
     "The answer the findings support, computed the way the question asks; 'unknown' if they do not."
     kind, path = task["kind"], _gold_steps(task)
-    if kind in ("mixed", "math", "game24", "comparison"):     # the program's printed result
+    if kind in ("mixed", "math", "game24"):
         last = findings.get(max(findings)) if findings else None
         m = re.search(r"Result: (.+)", last or "")
         return m.group(1).strip() if m else "unknown"
@@ -188,6 +187,16 @@ def _suggest(task: dict, findings: dict[int, str]) -> str:
         last = findings.get(max(findings)) if findings else ""
         m = re.search(r"```python\n(.*?)```", last or "", re.S)
         return m.group(1).strip() if m and "example passed" in last else "unknown"
+    if kind == "comparison":
+        ents, template = task["_meta"].get("entities", []), task["_meta"].get("template", "")
+        groups = step_groups(task)
+        vals = []
+        for e, k in zip(ents, (_step_of(groups, len(path) // 2 - 1), _step_of(groups, len(path) - 1))):
+            nums = re.findall(r"\d{3,}", findings.get(k, ""))
+            vals.append(int(nums[-1]) if nums else None)
+        if len(ents) != 2 or None in vals or vals[0] == vals[1]: return "unknown"
+        pick = max if template.endswith(".max") else min
+        return ents[vals.index(pick(vals))]
     n = len(step_groups(task))
     last = findings.get(n, "")
     if not last or last.startswith("Not found"): return "unknown"
@@ -215,19 +224,6 @@ def _p(knobs: MistakeKnobs, p: float, retry: bool) -> float:
     return p * knobs.retry_scale if retry else p
 
 # %% ../nbs/05a_scripted_teacher.ipynb #76646f83
-def step_finding(task: dict, k: int, fact: str) -> str | None:
-    "What lookup step `k` reads in `fact`: the entity the next step looks up, the answer of a multihop question, else the fact's last number."
-    path, groups = _gold_steps(task), step_groups(task)
-    if k < len(groups) and _source_step(path, groups, groups[k][0]) == k and _contains(fact, path[groups[k][0]]["page"]):
-        return path[groups[k][0]]["page"]                 # the bridge entity: the next step searches it
-    if task["kind"] == "multihop" and _contains(fact, task["answer"]): return task["answer"]
-    nums = re.findall(r"\d{3,}", fact)                    # a compared value or an operand of the computation
-    return nums[-1] if nums else None
-
-def _report(facts: list[str], found: str | None) -> str:
-    "A search report: the sentences that state the step's facts, then what the step found in them (the value to carry on)."
-    return " ".join(facts) + (f" Found: {found}" if found else "")
-
 def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs) -> str:
     "The scripted search agent: one turn (a tool call or a report)."
     try: k = int(p.fields.get("Step", "0"))
@@ -245,8 +241,8 @@ def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: Mistak
                       and re.search(r"\d{3,}|[A-Z][a-z]+ [A-Z]", s)]
             if others:
                 facts = facts[:-1] + [rng.choice(others)]
-                return f"<think>This looks like what I need.</think>\n<report>{_report(facts, _answer_like(facts[-1], p.question))}</report>"
-        return f"<think>The observation states what step {k} needs.</think>\n<report>{_report(facts, step_finding(task, k, ' '.join(facts)))}</report>"
+                return f"<think>This looks like what I need.</think>\n<report>{' '.join(facts)}</report>"
+        return f"<think>The observation states what step {k} needs.</think>\n<report>{' '.join(facts)}</report>"
     if not _contains(visible, page):
         return f"<think>I do not know which entity to look up: the findings do not name it.</think>\n<report>Not found: the entity of step {k} is unknown.</report>"
     if not obs:
@@ -292,26 +288,6 @@ def _example_test(task: dict) -> str | None:
     return f"assert {m.group(1)} == {m.group(2)}\nprint('example passed')" if m else None
 
 # %% ../nbs/05a_scripted_teacher.ipynb #a5707182
-def compared_values(task: dict, findings: dict[int, str]) -> list[int | None]:
-    "The two values a comparison compares, as the findings state them (None where no finding holds that fact)."
-    path, text = _gold_steps(task), " ".join(findings.values())
-    out = []
-    for i in (len(path) // 2 - 1, len(path) - 1):        # each entity's last fact: its own, or its director's / founder's
-        nums = re.findall(r"\d+", path[i]["fact"]) if _contains(text, path[i]["fact"]) else []
-        out.append(int(nums[-1]) if nums else None)
-    return out
-
-def _comparison_code(task: dict, findings: dict[int, str], rng: random.Random, slip: bool) -> str:
-    "A program that compares the two findings' values and prints the entity the question asks for (the student copies, the program decides)."
-    ents, vals = task["_meta"].get("entities", []), compared_values(task, findings)
-    if len(ents) != 2 or None in vals:
-        return "<think>The findings do not give me both values.</think>\n<report>Failed: missing values in the findings.</report>"
-    pick = "max" if task["_meta"].get("template", "").endswith(".max") else "min"
-    # each name keeps the space it has in the question, so its tokens are the question's (copy-safe, as `copyability` checks)
-    code = f'values = {{" {ents[0]}": {vals[0]}, " {ents[1]}": {vals[1]}}}\nprint({pick}(values, key=values.get).strip())'
-    if slip: code = _slip(code, rng)
-    return f"<think>I will compare the two values with a program.</think>\n<code>{code}</code>"
-
 def code_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs) -> str:
     "The scripted code agent: one turn (a code call or a report)."
     kind, obs, retry = task["kind"], _observations(p.history), "Check carefully" in p.fields.get("Task", "")
@@ -336,7 +312,6 @@ def code_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeK
         if slip: src = _slip(src, rng)
         if not src or test is None: return "<think>I cannot write this function.</think>\n<report>Failed: no example to test.</report>"
         return f"<think>I will write the function and check the example.</think>\n<code>{src.rstrip()}\n{test}</code>"
-    if kind == "comparison": return _comparison_code(task, p.findings, rng, slip)
     gold = [s for s in _gold_steps(task) if s.get("tool") == "code"]
     if not gold: return "<think>There is nothing to compute.</think>\n<report>Failed: no computation in this task.</report>"
     code = gold[-1]["code"]
