@@ -33,6 +33,7 @@ from coa_lib.tuning import Tuning
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results" / "ladder"
+LIMITS = OUT.parent / "ladder_limits.json"     # {rung: what limits it}, written by hand after reading its curves
 
 
 def parse_phase(spec: str) -> tuple[tuple[str, ...], int]:
@@ -305,10 +306,13 @@ def write_table(results_dir: Path, out: Path) -> None:
     from coa_lib.core import atomic_write_text
     from coa_lib.sft import ladder_summary
     df = ladder_summary(results_dir).reset_index()
+    limits = json.loads(LIMITS.read_text())["limits"] if LIMITS.exists() else {}
+    df["limit"] = [limits.get(r, "") for r in df["rung"]]          # what limits each rung, written from its curves
     fmt = lambda v: "" if v is None or v != v else f"{v:.3g}" if isinstance(v, float) else str(v)
     lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
     lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    atomic_write_text(out, "Every rung of `bench/sft_ladder.py` (dev split only; written by `--plot`).\n\n" + "\n".join(lines) + "\n")
+    atomic_write_text(out, "Every rung of `bench/sft_ladder.py` (dev split only; written by `--plot`; the `limit` column is "
+                      "`bench/results/ladder_limits.json`, what its curves say limits it).\n\n" + "\n".join(lines) + "\n")
     print(f"wrote {out}")
 
 
