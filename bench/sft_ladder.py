@@ -11,7 +11,8 @@ At the end `--final-n-dev` tasks per kind are evaluated greedily and, with `--av
 its kind's (`coa_lib.tuning.default_lr`). `--base-steps N --base-reading 0.5` starts from the stage's base model
 pretrained on quote and reading rows. The learning rate is constant after warm-up (`--schedule`), so the points of a
 curve are comparable. Ablations: `--obs-weight 0.1` (observation tokens trained at 0.1 instead of masked), `--rows N`
-(epochs over N rows instead of one pass over fresh ones). `--continues RUNG` goes on from another rung's final model
+(epochs over N rows instead of one pass over fresh ones), `--kind-share multihop=0.3 ...` (each kind's share of a phase's
+tokens instead of the set's own mix; every kind of the phase, summing to 1). `--continues RUNG` goes on from another rung's final model
 (a fresh optimizer; the tokens it saw carry over into this curve).
 
     python bench/sft_ladder.py --run-dir runs/ladder --label mh_nano --phase multihop:1500000 --size nano
@@ -46,6 +47,40 @@ def parse_phase(spec: str) -> tuple[tuple[str, ...], int]:
     return tuple(names), int(tokens)
 
 
+
+def parse_shares(specs: list[str] | None) -> dict[str, float]:
+    "['multihop=0.3', 'math=0.06', ...] -> {'multihop': 0.3, 'math': 0.06, ...}: each kind's share of a phase's tokens."
+    from coa_lib.core import TASK_KINDS
+    out = {}
+    for spec in specs or []:
+        kind, _, share = spec.partition("=")
+        try: value = float(share)
+        except ValueError: raise SystemExit(f"bad --kind-share {spec!r}: kind=share, e.g. multihop=0.3")
+        if kind not in TASK_KINDS or not 0 < value <= 1: raise SystemExit(f"bad --kind-share {spec!r}: a kind from {TASK_KINDS}, a share in (0, 1]")
+        out[kind] = value
+    return out
+
+
+def rows_by_share(rows, tok, kinds: tuple[str, ...], shares: dict[str, float], tokens: int, seed: int):
+    "Rows of `kinds` drawn so that each kind fills its share of `tokens` (a kind's rows repeat, reshuffled, if it has too few)."
+    from datasets import concatenate_datasets
+    if set(shares) != set(kinds) or abs(sum(shares.values()) - 1) > 1e-6:
+        raise SystemExit(f"--kind-share must give every kind of the phase {kinds} a share, summing to 1 (got {shares})")
+    parts = []
+    for i, kind in enumerate(kinds):
+        mine = rows.filter(lambda r: r["kind"] == kind)
+        lengths = [len(tok(r["prompt"] + r["completion"], add_special_tokens=False)["input_ids"]) for r in mine]
+        picked, total, rnd = [], 0, 0
+        while total < shares[kind] * tokens:
+            order = torch.randperm(len(lengths), generator=torch.Generator().manual_seed(seed * 1000 + i * 10 + rnd)).tolist()
+            for j in order:
+                if total >= shares[kind] * tokens: break
+                picked.append(j); total += lengths[j]
+            rnd += 1
+        print(f"  {kind}: {len(picked)} rows, {total / 1e6:.2f}M tokens ({rnd} pass{'es' if rnd > 1 else ''} over {len(lengths)} rows)", flush=True)
+        parts.append(mine.select(picked))
+    return concatenate_datasets(parts)
+
 def run_rung(a) -> dict:
     from transformers import TrainerCallback
     from coa_lib.core import atomic_write_json, resolve_run_dir
@@ -72,6 +107,7 @@ def run_rung(a) -> dict:
         rows = rows_for_tokenizer(rows, tok)
     dev_split = build_task_splits(rd, TaskConfig.for_profile(a.profile))["dev"]
     phases = [parse_phase(p) for p in a.phase]
+    shares = parse_shares(a.kind_share)
     cfg = replace(SFTStageConfig.for_profile(a.profile), size=a.size, lr=a.lr, batch_size=a.batch, max_len=a.max_len,
                   base=a.pretrained, tuning=a.tuning, train_layers=a.train_layers, lora_r=a.lora_r, eval_dtype=a.eval_dtype,
                   base_reading=a.base_reading,
@@ -79,7 +115,7 @@ def run_rung(a) -> dict:
                   logging_steps=10, obs_weight=a.obs_weight, seed=a.seed, lanes=1,
                   bf16=None if a.bf16 == "auto" else a.bf16 == "on")
     res = {"label": a.label, "size": a.size, "base": a.base, "phases": [{"kinds": list(k), "tokens": t} for k, t in phases],
-           "rows_cap": a.rows, "obs_weight": a.obs_weight, "config": asdict(cfg), "n_dev_per_kind": a.n_dev,
+           "rows_cap": a.rows, "kind_shares": shares or None, "obs_weight": a.obs_weight, "config": asdict(cfg), "n_dev_per_kind": a.n_dev,
            "learning_rate": cfg.learning_rate, "minutes_cap": a.minutes, "pretrained": a.pretrained,
            "load_avg_before": os.getloadavg()[0], "curve": [], "phases_done": []}
     out_json = OUT / f"{a.label}.json"
@@ -125,6 +161,7 @@ def run_rung(a) -> dict:
     t_start, minutes_offset = time.perf_counter(), 0.0
     for i, (kinds, tokens) in enumerate(phases):
         subset = rows.filter(lambda r: r["kind"] in kinds)
+        if shares: subset = rows_by_share(subset, tok, kinds, shares, tokens, a.seed + i)
         if a.rows: subset = subset.shuffle(seed=a.seed).select(range(min(a.rows, subset.num_rows)))
         dev = eval_tasks(dev_split, per_kind(kinds), kinds)
         pcfg = replace(cfg, token_budget=tokens, seed=a.seed + i)
@@ -287,6 +324,8 @@ def main():
     ap.add_argument("--final-n-dev", type=int, default=50, help="dev tasks per kind (all six kinds) in the final evaluation; 0: none")
     ap.add_argument("--avg-k", type=int, default=4, help="samples per task for the final avg@k (0: greedy only)")
     ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--kind-share", action="append", metavar="KIND=SHARE",
+                    help="each kind's share of a phase's tokens (every kind of the phase, summing to 1), instead of the set's own mix")
     ap.add_argument("--plot", action="store_true", help="only plot the saved curves")
     ap.add_argument("--reevaluate", metavar="RUNG", default=None,
                     help="evaluate a finished rung's final model again with today's evaluation settings (e.g. a new turn budget); "
