@@ -13,8 +13,8 @@ from typing import Sequence
 import torch
 from fastcore.basics import patch
 
-from .core import check_profile, task_meta
-from .evaluate import wilson_interval
+from .core import Outcome, check_profile, full_reward, task_meta
+from .evaluate import accuracy_of
 from .format import ToolCall, extract_answer, find_tool_call, is_forged
 from .llm import Backend
 from .rewards import score
@@ -290,6 +290,12 @@ class FlowRecord:
     @property
     def tool_calls(self) -> int: return sum(1 for s in self.memory if s["command"])
 
+    def outcome(self) -> Outcome:
+        "The flow as an `Outcome`: four modules, each call a prompt of its own (billed whole)."
+        p, g = sum(v[0] for v in self.tokens.values()), sum(v[1] for v in self.tokens.values())
+        return Outcome(self.id, self.kind, full_reward(self.reward), float(self.reward), p, p, g, self.tool_calls, self.turns,
+                       sum(self.calls.values()), self.wall_s)
+
 def is_tool_error(step: dict) -> bool:
     "A turn whose tool call failed: no known tool named, no call made, or an error / miss observation."
     return (parse_tool(step["tool"]) is None or not step["command"]
@@ -376,10 +382,7 @@ def solve(tasks: Sequence[dict] | dict, modules: FlowModules, max_turns: int = 5
 AF_KINDS = ("multihop", "comparison", "mixed", "math", "game24")
 CATEGORIES = {"search": ("multihop", "comparison"), "agentic": ("mixed",), "math": ("math", "game24")}   # AgentFlow's groups
 
-def _acc(rewards: Sequence[float]) -> dict:
-    n, c = len(rewards), int(sum(r >= 1 for r in rewards))
-    lo, hi = wilson_interval(c, n)
-    return {"accuracy": c / n if n else 0.0, "ci95": [lo, hi], "n": n}
+def _acc(rewards: Sequence[float]) -> dict: return accuracy_of([full_reward(r) for r in rewards])
 
 def task_difficulty(task: dict) -> str:
     "'hard' when the teacher's plan has 3 or more steps (3-hop questions, lookups + computation), else 'easy'."

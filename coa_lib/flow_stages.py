@@ -13,7 +13,7 @@ from .agentflow import AgentFlowConfig, FlowLimits, ModelPlanner, flow_metrics, 
 from .scripted_flow import scripted_modules
 from .benchmarks import game24_real
 from .cli import Command, recorded, run_stage_command, stage_parser
-from .core import atomic_dir, atomic_write_json, close_process_group, config_json, read_json, resolve_run_dir, stable_hash
+from .core import accuracy_text, pct, atomic_dir, atomic_write_json, close_process_group, config_json, read_json, resolve_run_dir, stable_hash
 from .evaluate import eval_tasks
 from .flow_grpo import (FlowGRPOConfig, default_modules, model_fingerprint, plot_planner_comparison, plot_tool_usage,
                                plot_turn_budget, train_flow_grpo)
@@ -62,11 +62,12 @@ def planner_warm_start(run_dir, cfg: AgentFlowConfig) -> Path:
     return path
 
 # %% ../nbs/14b_flow_stages.ipynb #f8509f42
-FLOW_RECORD_FIELDS = ("id", "kind", "reward", "answer", "turns", "stopped", "tools", "errors", "tokens", "calls", "tool_calls", "wall_s")
+FLOW_RECORD_FIELDS = ("id", "kind", "reward", "answer", "turns", "stopped", "tools", "errors", "tokens", "calls", "tool_calls", "wall_s",
+                      "outcome")
 
 def _compact(r) -> dict:
     "The per-task record an evaluation keeps: the fields `FLOW_RECORD_FIELDS` (part of the cache key) of a `FlowRecord`."
-    derived = {"tools": [s["tool"] for s in r.memory], "errors": [is_tool_error(s) for s in r.memory]}
+    derived = {"tools": [s["tool"] for s in r.memory], "errors": [is_tool_error(s) for s in r.memory], "outcome": asdict(r.outcome())}
     return {f: derived[f] if f in derived else getattr(r, f) for f in FLOW_RECORD_FIELDS}
 
 def flow_eval(run_dir, name: str, planner, tasks: Sequence[dict], cfg: AgentFlowConfig, max_turns: int | None = None) -> dict:
@@ -157,23 +158,20 @@ def flow_grpo_ablations(run_dir, acfg: AgentFlowConfig, gcfg: FlowGRPOConfig) ->
     return out
 
 # %% ../nbs/14b_flow_stages.ipynb #5626cfbb
-def _pct(x: float) -> str: return f"{100 * x:.1f}"
-def _ci(m: dict) -> str: return f"{_pct(m['accuracy'])} [{_pct(m['ci95'][0])}, {_pct(m['ci95'][1])}]"
-
 def _system_rows(metrics: dict[str, dict], labels: dict[str, str]) -> list[str]:
     cats = [c for c in ("search", "agentic", "math") if all(c in m["by_category"] for m in metrics.values())]
     out = ["| planner | " + " | ".join(cats) + " | mean of categories | all | turns | tool calls | tool errors % | planner tokens (prompt / generated) |",
            "|---|" + "---|" * len(cats) + "---:|---|---:|---:|---:|---:|"]
     for n, m in metrics.items():
         pt, gt = m["tokens"]["planner"]
-        out.append(f"| {labels.get(n, n)} | " + " | ".join(_ci(m["by_category"][c]) for c in cats) +
-                   f" | {_pct(m['category_mean'])} | {_ci(m)} | {m['turns']:.2f} | {m['tool_calls']:.2f} | {_pct(m['tool_error_rate'])} | {pt:,.0f} / {gt:,.0f} |")
+        out.append(f"| {labels.get(n, n)} | " + " | ".join(accuracy_text(m["by_category"][c]) for c in cats) +
+                   f" | {pct(m['category_mean'])} | {accuracy_text(m)} | {m['turns']:.2f} | {m['tool_calls']:.2f} | {pct(m['tool_error_rate'])} | {pt:,.0f} / {gt:,.0f} |")
     return out
 
 def _kind_rows(metrics: dict[str, dict], labels: dict[str, str]) -> list[str]:
     kinds = list(next(iter(metrics.values()))["by_kind"])
     out = ["| kind | " + " | ".join(labels.get(n, n) for n in metrics) + " |", "|---|" + "---|" * len(metrics)]
-    out += [f"| {k} | " + " | ".join(_ci(m["by_kind"][k]) for m in metrics.values()) + " |" for k in kinds]
+    out += [f"| {k} | " + " | ".join(accuracy_text(m["by_kind"][k]) for m in metrics.values()) + " |" for k in kinds]
     return out
 
 # %% ../nbs/14b_flow_stages.ipynb #f3e16496
@@ -186,7 +184,7 @@ def agentflow_report(run_dir) -> str:
     out = [f"#### AgentFlow on the test split ({res['n_test_tasks']} tasks; accuracy in % [95% CI])", "",
            *_system_rows(res["metrics"], LABELS), "", *_kind_rows(res["metrics"], LABELS), "",
            f"Warm start: {ws['global_step']} SFT steps ({ws['wall_s'] / 60:.1f} min) on {tf['rows']} planner turns of the "
-           f"{_pct(tf['metrics']['accuracy'])}% of {tf['tasks']} training tasks the teacher planner solved."]
+           f"{pct(tf['metrics']['accuracy'])}% of {tf['tasks']} training tasks the teacher planner solved."]
     return "\n".join(out) + "\n"
 
 # %% ../nbs/14b_flow_stages.ipynb #680b4937
@@ -207,11 +205,11 @@ def flow_grpo_report(run_dir) -> str:
             "| T_max | all | easy | hard | turns (easy) | turns (hard) |", "|---:|---|---|---|---:|---:|"]
     for t in sorted(B, key=int):
         e, h = B[t]["by_difficulty"]["easy"], B[t]["by_difficulty"]["hard"]
-        out.append(f"| {t} | {_ci(B[t])} | {_ci(e)} | {_ci(h)} | {e['turns']:.2f} | {h['turns']:.2f} |")
+        out.append(f"| {t} | {accuracy_text(B[t])} | {accuracy_text(e)} | {accuracy_text(h)} | {e['turns']:.2f} | {h['turns']:.2f} |")
     tools = sorted({t for n in ("warm_start", "flow_grpo") for t in P[n]["tool_share"]})
     out += ["", "#### Tool use (share of planner turns on test) and tool-call errors", "",
             "| planner | " + " | ".join(tools) + " | error rate |", "|---|" + "---:|" * (len(tools) + 1)]
-    out += [f"| {LABELS[n]} | " + " | ".join(_pct(P[n]["tool_share"].get(t, 0)) for t in tools) + f" | {_pct(P[n]['tool_error_rate'])} |"
+    out += [f"| {LABELS[n]} | " + " | ".join(pct(P[n]["tool_share"].get(t, 0)) for t in tools) + f" | {pct(P[n]['tool_error_rate'])} |"
             for n in ("warm_start", "flow_grpo", "offline_sft")]
     c = res["curves"]
     third = max(1, len(c) // 3)
@@ -219,8 +217,8 @@ def flow_grpo_report(run_dir) -> str:
     out += ["", f"Over training (first → last third of {len(c)} rollout batches): sampled reward {avg(c[:third], 'reward'):.3f} → "
             f"{avg(c[-third:], 'reward'):.3f}; tool-call error rate {avg(c[:third], 'tool_error_rate'):.3f} → {avg(c[-third:], 'tool_error_rate'):.3f}."]
     g = res["gameof24"]
-    out += ["", f"AgentFlow's GameOf24 file (first {g['n']} hands): warm start {_ci(g['metrics']['warm_start'])}, "
-            f"Flow-GRPO {_ci(g['metrics']['flow_grpo'])} (AgentFlow-7B: {g['paper']}; here the executor's Python is the teacher's exhaustive solver)."]
+    out += ["", f"AgentFlow's GameOf24 file (first {g['n']} hands): warm start {accuracy_text(g['metrics']['warm_start'])}, "
+            f"Flow-GRPO {accuracy_text(g['metrics']['flow_grpo'])} (AgentFlow-7B: {g['paper']}; here the executor's Python is the teacher's exhaustive solver)."]
     return "\n".join(out) + "\n"
 
 # %% ../nbs/14b_flow_stages.ipynb #00ff25d2

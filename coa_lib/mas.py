@@ -15,7 +15,7 @@ from fastcore.basics import patch
 from datasets import Dataset
 from tqdm.auto import tqdm
 
-from .core import atomic_write_text, resolve_run_dir, stable_hash
+from .core import Outcome, atomic_write_text, full_reward, resolve_run_dir, stable_hash
 from .format import close_tag, extract_answer, find_tool_call, format_observation, open_tag, tag_content
 from .llm import Backend
 from .rewards import score
@@ -26,7 +26,7 @@ from .tools import ToolBox
 __all__ = ['RATINGS', 'CRITERIA', 'REPORT_CLOSE', 'ROLE_SPECS', 'MAIN_THREAD_SCORED', 'TRACE_COLUMNS', 'Role', 'RoleSpec',
            'render_prompt', 'Step', 'render_context', 'render_instruction', 'parse_report', 'parse_plan',
            'parse_json_object', 'parse_review', 'parse_verdict', 'AgentCall', 'MASLimits', 'finish_trace', 'MAS',
-           'trace_record', 'trace_calls', 'show_trace', 'DeadTools', 'rows_to_dataset', 'run_teacher',
+           'trace_record', 'trace_outcome', 'trace_calls', 'show_trace', 'DeadTools', 'rows_to_dataset', 'run_teacher',
            'teacher_summary', 'plot_teacher_cost']
 
 # %% ../nbs/05_teacher_mas.ipynb #99c8f623
@@ -302,6 +302,12 @@ def trace_record(task: dict, calls: list[AgentCall], answer: str | None, reward:
             "prompt_tokens": sum(c.prompt_tokens for c in calls), "completion_tokens": sum(c.completion_tokens for c in calls),
             "seconds": round(seconds, 4), "calls": json.dumps([asdict(c) for c in calls], ensure_ascii=False)}
 
+def trace_outcome(trace: dict) -> Outcome:
+    "A scored trace row as an `Outcome`: every role's call is a prompt of its own (billed whole; no KV cache across roles)."
+    p, calls = float(trace["prompt_tokens"]), float(trace["n_calls"])
+    return Outcome(trace["id"], trace["kind"], full_reward(trace["reward"]), float(trace["reward"]), p, p, float(trace["completion_tokens"]),
+                   float(trace["n_tool_calls"]), calls, calls, float(trace["seconds"]))
+
 def trace_calls(trace: dict) -> list[dict]:
     "The agent calls of a trace row, as dicts (the row stores them as JSON)."
     calls = trace["calls"]
@@ -341,8 +347,8 @@ def _read_shard(path: Path) -> list[dict]:
     return rows
 
 def rows_to_dataset(rows: list[dict]) -> Dataset:
-    "Trace rows -> a Dataset with the trace columns (also when empty)."
-    return Dataset.from_dict({c: [r[c] for r in rows] for c in TRACE_COLUMNS})
+    "Scored trace rows -> a Dataset with the trace columns and each row's `outcome` (also when empty)."
+    return Dataset.from_dict({**{c: [r[c] for r in rows] for c in TRACE_COLUMNS}, "outcome": [asdict(trace_outcome(r)) for r in rows]})
 
 def run_teacher(tasks, backend: Backend, tokenizer=None, *, limits: MASLimits = MASLimits(), run_dir=None, name: str = "teacher_traces", workers: int = 2,
                 shard_size: int = 256, progress: bool = True, toolbox_fn: Callable | None = None,

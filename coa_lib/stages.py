@@ -14,7 +14,7 @@ import torch
 from datasets import Dataset, concatenate_datasets, load_from_disk
 from transformers import PreTrainedTokenizerFast
 
-from .core import (PROFILES, SPLITS, TASK_KINDS, atomic_dir, atomic_write_json, check_profile, close_process_group,
+from .core import (accuracy_text, pct, PROFILES, SPLITS, TASK_KINDS, atomic_dir, atomic_write_json, check_profile, close_process_group,
                           config_json, is_built, launched_processes, load_or_build, read_json, resolve_run_dir, save_dataset)
 from .cli import (Command, config_changes, given, http_url, model_arg, positive_float, positive_int, recorded,
                          run_stage_command, stage_parser)
@@ -278,8 +278,6 @@ def held_out_dev_rows(run_dir, profile: str, kinds: Sequence[str], n: int) -> li
 # %% ../nbs/14a_stages.ipynb #fd7bcce5
 GAME24_PAPER = {"AgentFlow (Qwen2.5-7B, Flow-GRPO)": 0.530, "GPT-4o": 0.320}
 
-def _pct(x: float) -> str: return f"{100 * x:.1f}"
-
 # %% ../nbs/14a_stages.ipynb #8aee2059
 def sft_report(run_dir) -> str:
     "Markdown of the SFT stage's results (table with 95% CIs, real GameOf24, memorisation gap, training) from the run's JSON."
@@ -292,10 +290,10 @@ def sft_report(run_dir) -> str:
            "| system | accuracy [95% CI] | " + " | ".join(kinds) + " | tokens/task | generated/task | tool calls | turns | invalid % |",
            "|---|---|" + "---:|" * len(kinds) + "---:|---:|---:|---:|---:|"]
     for n in names:
-        x = m[n]; lo, hi = x["accuracy_ci95"]
-        by = " | ".join(_pct(x["by_kind"][k]["accuracy"]) if k in x["by_kind"] else "" for k in kinds)
-        out.append(f"| {n} | {_pct(x['accuracy'])} [{_pct(lo)}, {_pct(hi)}] | {by} | {x['mean_processed_tokens']:,.0f} | "
-                   f"{x['mean_generated_tokens']:,.0f} | {x['mean_tool_calls']:.2f} | {x['mean_turns']:.2f} | {_pct(x['invalid_rate'])} |")
+        x = m[n]
+        by = " | ".join(pct(x["by_kind"][k]["accuracy"]) if k in x["by_kind"] else "" for k in kinds)
+        out.append(f"| {n} | {accuracy_text(x)} | {by} | {x['mean_processed_tokens']:,.0f} | "
+                   f"{x['mean_generated_tokens']:,.0f} | {x['mean_tool_calls']:.2f} | {x['mean_turns']:.2f} | {pct(x['invalid_rate'])} |")
     t, c = m["teacher_mas"], m.get("coa")
     if c:
         out += ["", f"CoA student / teacher: accuracy {c['accuracy'] / max(t['accuracy'], 1e-9):.2f}× (paper's goal ≥ 0.8×), "
@@ -303,11 +301,11 @@ def sft_report(run_dir) -> str:
     acc = g24["accuracy"]
     out += ["", f"#### Real GameOf24 (AgentFlow's file, {g24['n_hands']} hands; accuracy in %)", "",
             f"| system | first {min(100, g24['n_hands'])} | all |", "|---|---:|---:|"]
-    out += [f"| {n} | {_pct(a['first_100'])} | {_pct(a['all'])} |" for n, a in acc.items()]
-    out += [f"| {n} (paper) | {_pct(v)} | |" for n, v in g24["paper"].items()]
-    out += ["", f"#### Memorisation gap (CoA student, QA kinds): training worlds {_pct(gap['train_worlds'])}% "
-                f"({gap['n_train_worlds']} held-back tasks) vs test worlds {_pct(gap['test_worlds'])}% ({gap['n_test_worlds']} tasks): "
-                f"gap {_pct(gap['gap'])} points.", "",
+    out += [f"| {n} | {pct(a['first_100'])} | {pct(a['all'])} |" for n, a in acc.items()]
+    out += [f"| {n} (paper) | {pct(v)} | |" for n, v in g24["paper"].items()]
+    out += ["", f"#### Memorisation gap (CoA student, QA kinds): training worlds {pct(gap['train_worlds'])}% "
+                f"({gap['n_train_worlds']} held-back tasks) vs test worlds {pct(gap['test_worlds'])}% ({gap['n_test_worlds']} tasks): "
+                f"gap {pct(gap['gap'])} points.", "",
             "#### Training (equal token budgets)", "", "| student | tokens seen | steps | rows | wall s | tokens/s | final loss | precision |",
             "|---|---:|---:|---:|---:|---:|---:|---|"]
     for name, d in res.get("training", {}).items():
@@ -391,10 +389,6 @@ def rl_evaluation(run_dir, cfg: RLConfig) -> dict:
     return out
 
 # %% ../nbs/14a_stages.ipynb #80ebefae
-def _ci(m: dict) -> str:
-    lo, hi = m["accuracy_ci95"]
-    return f"{_pct(m['accuracy'])} [{_pct(lo)}, {_pct(hi)}]"
-
 def _mean_rate(rows: Sequence[dict]) -> float: return sum(r["rate"] for r in rows) / max(1, len(rows))
 
 def rl_report(run_dir) -> str:
@@ -405,12 +399,12 @@ def rl_report(run_dir) -> str:
     out = [f"#### CoA student: SFT vs SFT + RL (test split, {res['n_test_tasks']} tasks; accuracy in % [95% CI])", "",
            "| system | accuracy | tokens/task | generated/task | tool calls | turns | invalid % |", "|---|---|---:|---:|---:|---:|---:|"]
     for name, m in (("CoA SFT", sft), ("CoA SFT + RL", rl)):
-        out.append(f"| {name} | {_ci(m)} | {m['mean_processed_tokens']:,.0f} | {m['mean_generated_tokens']:,.0f} | "
-                   f"{m['mean_tool_calls']:.2f} | {m['mean_turns']:.2f} | {_pct(m['invalid_rate'])} |")
+        out.append(f"| {name} | {accuracy_text(m)} | {m['mean_processed_tokens']:,.0f} | {m['mean_generated_tokens']:,.0f} | "
+                   f"{m['mean_tool_calls']:.2f} | {m['mean_turns']:.2f} | {pct(m['invalid_rate'])} |")
     out += ["", "| kind | SFT | SFT + RL | RL − SFT (points) | worse beyond SFT's CI |", "|---|---|---|---:|---|"]
     for k in kinds:
         a, b = sft["by_kind"][k], rl["by_kind"][k]
-        out.append(f"| {k} | {_ci(a)} | {_ci(b)} | {100 * (b['accuracy'] - a['accuracy']):+.1f} | "
+        out.append(f"| {k} | {accuracy_text(a)} | {accuracy_text(b)} | {100 * (b['accuracy'] - a['accuracy']):+.1f} | "
                    f"{'yes' if b['accuracy'] < a['accuracy_ci95'][0] else 'no'} |")
     delta = 100 * (rl["accuracy"] - sft["accuracy"])
     out += ["", f"RL − SFT overall: {delta:+.1f} points (AFM: +10 on AIME25; goal here ≥ +5)."]
@@ -418,7 +412,7 @@ def rl_report(run_dir) -> str:
     hist = lambda rows: [sum(r["passes"] == j for r in rows) for j in range(k + 1)]
     out += ["", f"#### Data selection: pass rates of the RL tasks before and after RL ({k} samples each)", "",
             f"{sel['selected']} of {sel['pool']} training tasks selected (at least one pass of {k}, not all); "
-            f"mean pass rate {_pct(_mean_rate(res['rates_before']))}% → {_pct(_mean_rate(res['rates_after']))}%.", "",
+            f"mean pass rate {pct(_mean_rate(res['rates_before']))}% → {pct(_mean_rate(res['rates_after']))}%.", "",
             "| passes out of k | " + " | ".join(map(str, range(k + 1))) + " |", "|---|" + "---:|" * (k + 1),
             "| SFT | " + " | ".join(map(str, hist(res["rates_before"]))) + " |",
             "| SFT + RL | " + " | ".join(map(str, hist(res["rates_after"]))) + " |"]

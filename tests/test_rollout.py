@@ -9,7 +9,7 @@ from coa_lib.format import ALL_TAGS, STOP_STRINGS, format_observation
 from coa_lib.llm import BackendError, build_tiny_qwen2, ScriptedBackend
 from coa_lib.tokenizer import build_tokenizer
 from coa_lib.episode import Episode, FinishReason
-from coa_lib.evaluate import evaluate, pass_at_k, summarize
+from coa_lib.evaluate import evaluate, pass_at_k, summarize_episodes
 from coa_lib.rollout import naive_rollout, rollout
 from coa_lib.toy import toy_policy, toy_tasks, toy_texts, toy_world, ToyToolBox, ToyTrainConfig, train_toy_agent
 
@@ -229,6 +229,6 @@ def test_summarize_token_means():
                    finish=FinishReason.ANSWER),
            Episode("b", "code", 0, "p", prompt_tokens=20, generated_tokens=8, observation_tokens=0, reward=0.0,
                    finish=FinishReason.TRUNCATED_TURNS)]
-    m = summarize(eps)
+    m = summarize_episodes(eps)
     assert m["mean_prompt_tokens"] == 15 and m["mean_generated_tokens"] == 6 and m["mean_observation_tokens"] == 3
     assert m["truncated_rate"] == 0.5 and m["by_kind"]["math"]["accuracy"] == 1.0 and m["by_kind"]["code"]["accuracy"] == 0.0
