@@ -15,7 +15,8 @@ from .flow_grpo import FlowGRPOConfig
 from .flow_stages import flow_grpo_ablations
 from .rl import RLConfig
 from .sft import SFTStageConfig
-from .stages import (RL_EVAL_NAMES, TeacherConfig, build_task_splits, evaluate_students, rl_evaluation, sft_eval_name,
+from .mas import TeacherConfig
+from .stages import (RL_EVAL_NAMES, build_task_splits, evaluate_students, run_rl_stage, sft_eval_name,
                             student_named, teacher_eval, train_students)
 from .tasks import TaskConfig
 
@@ -161,7 +162,7 @@ def efficiency_inputs(run_dir, profile: str) -> None:
         test_set = eval_tasks(build_task_splits(rd, TaskConfig.for_profile(profile))["test"], cfg.n_eval)
         dirs = train_students(rd, cfg, [student_named(s) for s in need])
         evaluate_students([(dirs[s], student_named(s), test_set, sft_eval_name(s)) for s in need], rd, cfg)
-    if not (rd / "rl_results.json").exists(): rl_evaluation(rd, RLConfig.for_profile(profile))
+    if not (rd / "rl_results.json").exists(): run_rl_stage(rd, RLConfig.for_profile(profile))
     if not (rd / "flow_grpo_results.json").exists():
         flow_grpo_ablations(rd, AgentFlowConfig.for_profile(profile), FlowGRPOConfig.for_profile(profile))
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 from datasets import Dataset
 
 from .core import OUTCOME_FEATURES, TASK_KINDS, Outcome, atomic_write_json, full_reward, outcomes_of, resolve_run_dir, save_dataset
-from .episode import TURN_TOKENS, Episode, FinishReason
+from .episode import Episode, FinishReason, Limits
 from .format import COA, TagSet
 from .prompts import as_tagset
 from .rollout import rollout
@@ -121,15 +121,14 @@ def records_dataset(episodes: list[Episode], tasks: Sequence[dict] | None = None
 
 # %% ../nbs/08c_evaluate.ipynb #959d06c2
 def evaluate(policy, dataset, toolbox=None, fmt: TagSet | str = COA, n: int = 1, k: Sequence[int] = (1,),
-             run_dir: str | Path | None = None, name: str = "eval", max_turns: int = 8, max_new_tokens: int = TURN_TOKENS,
-             max_total_tokens: int = 2048, temperature: float = 0.0, seed: int | None = None, batch_size: int = 32,
+             run_dir: str | Path | None = None, name: str = "eval", limits: Limits = Limits(), temperature: float = 0.0,
+             seed: int | None = None, batch_size: int = 32,
              reward_fn: Callable[[dict, str | None], float] | None = None, progress: bool = True) -> tuple[dict, Any]:
     "Roll out `n` episodes per task of `dataset`; (metrics, records Dataset), both saved under `run_dir/name` if given."
     tasks = [dict(t) for t in ([dataset] if isinstance(dataset, dict) else dataset)]
     if n > 1 and temperature <= 0: raise ValueError(f"n={n} samples per task need temperature > 0 (greedy gives n copies)")
     t0 = time.perf_counter()
-    episodes = rollout(policy, tasks, toolbox=toolbox, fmt=fmt, n=n, max_turns=max_turns, max_new_tokens=max_new_tokens,
-                       max_total_tokens=max_total_tokens, temperature=temperature, seed=seed, batch_size=batch_size,
+    episodes = rollout(policy, tasks, toolbox=toolbox, fmt=fmt, n=n, limits=limits, temperature=temperature, seed=seed, batch_size=batch_size,
                        reward_fn=reward_fn, progress=progress)
     wall = time.perf_counter() - t0
     metrics = {"name": name, "format": as_tagset(fmt).name, **summarize_episodes(episodes, k)}

@@ -24,7 +24,7 @@ from .tokenizer import load_tokenizer
 
 # %% auto #0
 __all__ = ['FLOW_RECORD_FIELDS', 'LABELS', 'FLOW_COMMANDS', 'agentflow_tasks', 'load_planner', 'planner_warm_start', 'flow_eval',
-           'agentflow_evaluation', 'flow_grpo_pool', 'flow_grpo_planner', 'offline_sft_planner', 'flow_grpo_ablations',
+           'run_agentflow_stage', 'flow_grpo_pool', 'flow_grpo_planner', 'offline_sft_planner', 'flow_grpo_ablations',
            'agentflow_report', 'flow_grpo_report', 'main']
 
 # %% ../nbs/14b_flow_stages.ipynb #d4be68a6
@@ -86,8 +86,8 @@ def flow_eval(run_dir, name: str, planner, tasks: Sequence[dict], cfg: AgentFlow
     return metrics
 
 # %% ../nbs/14b_flow_stages.ipynb #baf6703f
-def agentflow_evaluation(run_dir, cfg: AgentFlowConfig) -> dict:
-    "The system on the test tasks with the teacher planner and with the warm-start planner; `run_dir/agentflow_results.json`."
+def run_agentflow_stage(run_dir, cfg: AgentFlowConfig) -> dict:
+    "The AgentFlow stage: the warm-start planner (found or trained), then the system on test with the teacher planner and with it; `agentflow_results.json`."
     rd = resolve_run_dir(run_dir)
     test, warm = agentflow_tasks(rd, cfg, "test", cfg.n_test), planner_warm_start(rd, cfg)
     metrics = {"teacher_planner": flow_eval(rd, "teacher_planner", None, test, cfg), "warm_start": flow_eval(rd, "warm_start", warm, test, cfg)}
@@ -247,7 +247,7 @@ FLOW_COMMANDS = {c.name: c for c in (
             lambda rd, a: [rd / "agentflow" / "planner_warm", rd / "agentflow" / "teacher_flows.json"], needs=lambda a: [["train-student", "--student", "coa"]]),
     Command("eval-agentflow", "the system with the teacher planner and with the warm start on the test tasks: agentflow_results.json",
             "eval-agentflow --run-dir runs/smoke",
-            lambda rd, a: _accuracies(agentflow_evaluation(rd, _cfgs(a)[0])["metrics"], rd / "agentflow_results.json"),
+            lambda rd, a: _accuracies(run_agentflow_stage(rd, _cfgs(a)[0])["metrics"], rd / "agentflow_results.json"),
             lambda rd, a: _results_of(rd / "agentflow_results.json", "warm_start", rd / "agentflow" / "planner_warm" / "sft_done.json"),
             lambda rd, a: [rd / "agentflow_results.json"], needs=lambda a: [["warm-start"]]),
     Command("train-flow-grpo", "Flow-GRPO: the planner trained in the flow from the warm start, into agentflow/planner_flow_grpo",

@@ -15,7 +15,7 @@ from fastcore.basics import patch
 from datasets import Dataset
 from tqdm.auto import tqdm
 
-from .core import Outcome, atomic_write_text, full_reward, resolve_run_dir, stable_hash
+from .core import Outcome, atomic_write_text, check_profile, full_reward, resolve_run_dir, stable_hash
 from .format import close_tag, extract_answer, find_tool_call, format_observation, open_tag, tag_content
 from .llm import Backend
 from .rewards import score
@@ -27,7 +27,7 @@ __all__ = ['RATINGS', 'CRITERIA', 'REPORT_CLOSE', 'ROLE_SPECS', 'MAIN_THREAD_SCO
            'render_prompt', 'Step', 'render_context', 'render_instruction', 'parse_report', 'parse_plan',
            'parse_json_object', 'parse_review', 'parse_verdict', 'AgentCall', 'MASLimits', 'finish_trace', 'MAS',
            'trace_record', 'trace_outcome', 'trace_calls', 'show_trace', 'DeadTools', 'rows_to_dataset', 'run_teacher',
-           'teacher_summary', 'plot_teacher_cost']
+           'MistakeKnobs', 'TeacherConfig', 'teacher_summary', 'plot_teacher_cost']
 
 # %% ../nbs/05_teacher_mas.ipynb #99c8f623
 class Role(str, Enum):
@@ -372,6 +372,41 @@ def run_teacher(tasks, backend: Backend, tokenizer=None, *, limits: MASLimits = 
             if on_shard is not None: on_shard(i)
     bar.close()
     return rows_to_dataset([r for p in paths for r in _read_shard(p)])
+
+# %% ../nbs/05_teacher_mas.ipynb #cb8777c0
+@dataclass(frozen=True)
+class MistakeKnobs:
+    "Error rates of a scripted teacher team (the table of `05a_scripted_teacher`); an LLM team makes its own mistakes."
+    vague_query_p: float = 0.05
+    misread_p: float = 0.06
+    arithmetic_slip_p: float = 0.08
+    skip_check_p: float = 0.1
+    critic_detect_p: float = 0.8
+    retry_scale: float = 0.25
+
+    @classmethod
+    def perfect(cls) -> MistakeKnobs:
+        "A teacher that never errs (and never skips a check)."
+        return cls(0.0, 0.0, 0.0, 0.0, 1.0, 0.0)
+
+@dataclass
+class TeacherConfig:
+    "Sizes and settings of the teacher stage: who plays the team, its limits, how many tasks in flight."
+    profile: str = "smoke"
+    knobs: MistakeKnobs = field(default_factory=MistakeKnobs)
+    limits: MASLimits = field(default_factory=MASLimits)
+    workers: int = 2
+    shard_size: int = 64
+    eval_splits: tuple[str, ...] = ("dev", "test")
+    seed: int = 0
+    endpoint: str | None = None     # an OpenAI-compatible base URL (vLLM, SGLang, coa_lib.serve) whose model plays the team
+    endpoint_model: str = ""        # the model name the endpoint serves; with no endpoint, the scripted teacher plays
+
+    @classmethod
+    def for_profile(cls, profile: str) -> TeacherConfig:
+        "Smoke: the smoke task splits (a few dozen tasks); full: every full training task (~20,000), larger shards."
+        check_profile(profile)
+        return cls(profile=profile, shard_size=64 if profile == "smoke" else 512, workers=2 if profile == "smoke" else 4)
 
 # %% ../nbs/05_teacher_mas.ipynb #7dcd30cc
 def teacher_summary(traces: Dataset):

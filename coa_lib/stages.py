@@ -25,21 +25,21 @@ from .format import COA, DIRECT, REACT, TagSet
 from .llm import OpenAIBackend, build_tiny_qwen2, load_policy
 from .pretrained import resolve_base
 from .tuning import Tuning
-from .mas import MASLimits, run_teacher
+from .mas import TeacherConfig, run_teacher
 from .prompts import agent_prompt
 from .reading import reading_rows, task_worlds
 from .rl import RLConfig, pass_rates, plot_pass_rates, select_tasks, train_rl
 from .sft import SFTStageConfig, plot_loss, quote_rows, train_sft
 from .tasks import TaskConfig, make_task_suite
-from .teacher import MistakeKnobs, scripted_backend
+from .teacher import scripted_backend
 from .tokenizer import build_tokenizer, load_tokenizer, tokenizer_texts, world_pages
 
 # %% auto #0
 __all__ = ['STUDENTS', 'RL_EVAL_NAMES', 'GAME24_PAPER', 'PREPARED', 'AFM_COMMANDS', 'build_task_splits', 'student_tokenizer',
-           'TeacherConfig', 'run_teacher_stage', 'teacher_eval', 'distill_all', 'build_sft_sets', 'base_rows',
-           'pretrain_base', 'Student', 'run_in_lanes', 'starting_model', 'rows_for_tokenizer', 'train_student',
-           'student_named', 'train_students', 'evaluate_student', 'evaluate_students', 'sft_eval_name', 'eval_records',
-           'held_out_dev_rows', 'sft_report', 'sft_student', 'rl_selection', 'train_rl_student', 'rl_evaluation',
+           'run_teacher_stage', 'teacher_eval', 'distill_all', 'build_sft_sets', 'base_rows', 'pretrain_base',
+           'Student', 'run_in_lanes', 'starting_model', 'rows_for_tokenizer', 'train_student', 'student_named',
+           'train_students', 'evaluate_student', 'evaluate_students', 'sft_eval_name', 'eval_records',
+           'held_out_dev_rows', 'sft_report', 'sft_student', 'rl_selection', 'train_rl_student', 'run_rl_stage',
            'rl_report', 'main']
 
 # %% ../nbs/14a_stages.ipynb #f8d65725
@@ -63,25 +63,6 @@ def student_tokenizer(run_dir, profile: str = "smoke", vocab_size: int = 2048) -
     return load_or_build(run_dir, "student_tokenizer", build, load_tokenizer)
 
 # %% ../nbs/14a_stages.ipynb #b8804ab6
-@dataclass
-class TeacherConfig:
-    "Sizes and settings of the teacher stage."
-    profile: str = "smoke"
-    knobs: MistakeKnobs = field(default_factory=MistakeKnobs)
-    limits: MASLimits = field(default_factory=MASLimits)
-    workers: int = 2
-    shard_size: int = 64
-    eval_splits: tuple[str, ...] = ("dev", "test")
-    seed: int = 0
-    endpoint: str | None = None     # an OpenAI-compatible base URL (vLLM, SGLang, coa_lib.serve) whose model plays the team
-    endpoint_model: str = ""        # the model name the endpoint serves; with no endpoint, the scripted teacher plays
-
-    @classmethod
-    def for_profile(cls, profile: str) -> TeacherConfig:
-        "Smoke: the smoke task splits (a few dozen tasks); full: every full training task (~20,000), larger shards."
-        check_profile(profile)
-        return cls(profile=profile, shard_size=64 if profile == "smoke" else 512, workers=2 if profile == "smoke" else 4)
-
 def _teacher_stage(run_dir, cfg: TeacherConfig, name: str, split_names: Sequence[str], progress: bool) -> Dataset:
     run_dir = resolve_run_dir(run_dir)
     def build(path: Path):
@@ -242,8 +223,7 @@ def train_students(run_dir, cfg: SFTStageConfig, students: Sequence[Student] = S
 # %% ../nbs/14a_stages.ipynb #3c9ec5b7
 def evaluate_student(path, student: Student, tasks: list[dict], run_dir, name: str, cfg: SFTStageConfig) -> tuple[dict, Dataset]:
     "`coa_lib.evaluate.evaluate` of a saved student in its format; (metrics, records), saved under `run_dir/name`."
-    metrics, records = evaluate(load_policy(path, dtype=cfg.eval_dtype), tasks, fmt=student.fmt, run_dir=run_dir, name=name, max_turns=cfg.max_turns,
-                                max_new_tokens=cfg.max_new_tokens, progress=False)
+    metrics, records = evaluate(load_policy(path, dtype=cfg.eval_dtype), tasks, fmt=student.fmt, run_dir=run_dir, name=name, progress=False, limits=cfg.limits)
     return metrics, records
 
 def _evaluate_job(path: str, student: str, tasks: list[dict], run_dir: str, name: str, cfg: dict) -> dict:
@@ -369,8 +349,8 @@ def train_rl_student(run_dir, cfg: RLConfig) -> Path:
     return train_rl(sft_student(run_dir, cfg.profile), tasks, dev, _rl_dir(run_dir) / "coa_rl", cfg)
 
 # %% ../nbs/14a_stages.ipynb #b7a3f6d4
-def rl_evaluation(run_dir, cfg: RLConfig) -> dict:
-    "SFT vs SFT+RL on the test split (the SFT stage's harness), and the selected tasks' pass rates after RL; `run_dir/rl_results.json`."
+def run_rl_stage(run_dir, cfg: RLConfig) -> dict:
+    "The RL stage: data selection and RL training (each found or built), then SFT vs SFT+RL on test and the selected tasks' pass rates after RL; `rl_results.json`."
     rd, sft_cfg = resolve_run_dir(run_dir), SFTStageConfig.for_profile(cfg.profile)
     rl_dir, coa = train_rl_student(rd, cfg), student_named("coa")
     test_set = eval_tasks(build_task_splits(rd, TaskConfig.for_profile(cfg.profile))["test"], sft_cfg.n_eval)   # 09's test tasks
@@ -457,7 +437,7 @@ def _rl_evaluated(rd: Path, a) -> dict | None:                       # rl_result
     res, done = rd / "rl_results.json", rd / "rl" / "coa_rl" / "rl_done.json"
     return read_json(res)["config"] if res.exists() and done.exists() and read_json(res)["training"] == read_json(done) else None
 def _rl_evaluate(rd: Path, a) -> str:                                # at the RL model's own config
-    m = rl_evaluation(rd, RLConfig(**read_json(rd / "rl" / "coa_rl" / "rl_done.json")["config"]))["metrics"]
+    m = run_rl_stage(rd, RLConfig(**read_json(rd / "rl" / "coa_rl" / "rl_done.json")["config"]))["metrics"]
     return f"test accuracy: SFT {m['coa_sft']['accuracy']:.3f}, SFT + RL {m['coa_rl']['accuracy']:.3f} ({rd / 'rl_results.json'})"
 
 # %% ../nbs/14a_stages.ipynb #94f3accb

@@ -8,6 +8,7 @@ import pytest
 from coa_lib.agentflow import AF_KINDS, flow_metrics, solve
 from coa_lib.core import Outcome, atomic_write_json
 from coa_lib.efficiency import common_tasks, efficiency_summary, read_outcomes
+from coa_lib.episode import Limits
 from coa_lib.evaluate import evaluate, summarize, teacher_metrics
 from coa_lib.flow_stages import _compact
 from coa_lib.llm import build_tiny_qwen2
@@ -32,8 +33,7 @@ def test_episode_outcomes_match_the_evaluation(tmp_path):
     tok = build_tokenizer(toy_texts(n_worlds=20), vocab_size=600)
     model = build_tiny_qwen2(tok, size="nano", seed=0).eval()
     table = toy_world(5)
-    m, recs = evaluate((model, tok), toy_tasks(table, 6, seed=2), toolbox=ToyToolBox(table), run_dir=tmp_path, name="ev",
-                       max_turns=3, max_new_tokens=24, max_total_tokens=400, progress=False)
+    m, recs = evaluate((model, tok), toy_tasks(table, 6, seed=2), toolbox=ToyToolBox(table), run_dir=tmp_path, name="ev", progress=False, limits=Limits(max_turns=3, max_new_tokens=24, max_total_tokens=400))
     assert set(recs[0]["outcome"]) == OUTCOME
     s = summarize(read_outcomes(tmp_path / "ev" / "records"))
     assert s["n"] == m["n_tasks"] == 6
