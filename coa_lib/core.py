@@ -2,7 +2,7 @@
 
 # %% ../nbs/00_core.ipynb #2c0c8300
 from __future__ import annotations
-import atexit, codecs, csv, glob, hashlib, io, json, os, random, re, shutil, tempfile
+import atexit, codecs, csv, glob, hashlib, io, json, os, random, re, shutil, sys, tempfile
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -138,25 +138,32 @@ def artifact_path(run_dir: str | os.PathLike, name: str) -> Path:
     "Where the artifact `name` of a run lives."
     return Path(run_dir) / name
 
-def is_built(path: str | os.PathLike) -> bool:
-    "True if the artifact at `path` was completely written (its `.done` marker exists)."
-    path = Path(path)
-    return path.with_name(path.name + ".done").exists()
+def is_built(path: str | os.PathLike, key: str | None = None) -> bool:
+    "The one rule: the artifact at `path` was completely written (its `.done` marker) under the config hash `key` (None: any)."
+    path = Path(path); marker = path.with_name(path.name + ".done")
+    if not marker.exists(): return False
+    made = read_json(marker).get("config_hash")
+    if key is None or made == key: return True
+    if made is None:   # written before config hashes: taken as built under the current config (delete it to rebuild)
+        print(f"{path}: built before config hashes (its .done marker has none); taken as built under the current config", file=sys.stderr)
+        return True
+    return False
 
-def mark_built(path: str | os.PathLike, info: dict | None = None) -> Path:
-    "Write the `.done` marker of the artifact at `path` (atomically), with optional `info`."
+def mark_built(path: str | os.PathLike, info: dict | None = None, key: str | None = None) -> Path:
+    "Write the `.done` marker of the artifact at `path` (atomically): optional `info` and the config hash `key` it was built under."
     path = Path(path)
-    return atomic_write_json(path.with_name(path.name + ".done"), info or {})
+    return atomic_write_json(path.with_name(path.name + ".done"), {**(info or {}), **({"config_hash": key} if key else {})})
 
-def load_or_build(run_dir: str | os.PathLike, name: str, build: Callable[[Path], Any], load: Callable[[Path], Any]):
-    "Load artifact `name` from `run_dir`, building it first with `build(path)` if it is missing or unfinished."
+def load_or_build(run_dir: str | os.PathLike, name: str, build: Callable[[Path], Any], load: Callable[[Path], Any], key: str | None = None):
+    "Load artifact `name` from `run_dir`, building it first with `build(path)` if it is missing, unfinished or built under another config hash `key`."
     path = artifact_path(run_dir, name)
-    if not is_built(path):
+    if not is_built(path, key):
         if launched_processes() > 1:   # under `accelerate launch`: two processes must not build one artifact
             raise RuntimeError(f"{path}: missing, and this is one of {launched_processes()} processes; build it in one "
                                "process first (`python -m coa_lib.stages prepare ...`), then launch the processes")
+        path.with_name(path.name + ".done").unlink(missing_ok=True)   # a stale artifact is unfinished until rebuilt
         build(path)
-        mark_built(path)
+        mark_built(path, key=key)
     return load(path)
 
 # %% ../nbs/00_core.ipynb #828d4150

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Sequence
 
 from .agentflow import AgentFlowConfig
-from .core import Outcome, accuracy_text, atomic_write_json, atomic_write_text, outcomes_of, read_json, resolve_run_dir
+from .core import Outcome, accuracy_text, atomic_write_json, atomic_write_text, outcomes_of, read_json
+from .run import Run, as_run
 from .evaluate import eval_tasks, summarize
 from .flow_grpo import FlowGRPOConfig
 from .flow_stages import flow_grpo_ablations
@@ -154,22 +155,22 @@ def efficiency_report(results: dict) -> str:
 # %% ../nbs/13_efficiency.ipynb #00a9a437
 def efficiency_inputs(run_dir, profile: str) -> None:
     "Make sure the run dir holds every system's test records: the upstream stages (at `profile`) run for those missing."
-    rd = resolve_run_dir(run_dir)
-    teacher_eval(rd, TeacherConfig.for_profile(profile), progress=False)
-    cfg = SFTStageConfig.for_profile(profile)
+    run = as_run(run_dir, profile)
+    rd, cfg = run.dir, run.sft
+    teacher_eval(run, progress=False)
     need = [s for s in ("coa", "react", "direct") if not (rd / sft_eval_name(s) / "records").exists()]
     if need:   # what 09_sft evaluates, on the same test tasks
-        test_set = eval_tasks(build_task_splits(rd, TaskConfig.for_profile(profile))["test"], cfg.n_eval)
-        dirs = train_students(rd, cfg, [student_named(s) for s in need])
-        evaluate_students([(dirs[s], student_named(s), test_set, sft_eval_name(s)) for s in need], rd, cfg)
-    if not (rd / "rl_results.json").exists(): run_rl_stage(rd, RLConfig.for_profile(profile))
-    if not (rd / "flow_grpo_results.json").exists():
-        flow_grpo_ablations(rd, AgentFlowConfig.for_profile(profile), FlowGRPOConfig.for_profile(profile))
+        test_set = eval_tasks(build_task_splits(rd, run.tasks)["test"], cfg.n_eval)
+        dirs = train_students(run, cfg, [student_named(s) for s in need])
+        evaluate_students([(dirs[s], student_named(s), test_set, sft_eval_name(s)) for s in need], run, cfg)
+    if not (rd / "rl_results.json").exists(): run_rl_stage(run, run.rl)
+    if not (rd / "flow_grpo_results.json").exists(): flow_grpo_ablations(run, run.agentflow, run.flow_grpo)
 
 def efficiency_stage(run_dir, profile: str, systems: Sequence[System] = SYSTEMS, single_model: str = "CoA SFT+RL") -> dict:
     "Every system on the test tasks they share, against the first (the MAS): `efficiency_results.json`, two figures, the report part."
-    rd = resolve_run_dir(run_dir)
-    efficiency_inputs(rd, profile)
+    run = as_run(run_dir, profile)
+    rd = run.dir
+    efficiency_inputs(run, profile)
     costs = load_outcomes(rd, systems)
     ids = common_tasks(costs)
     summary = efficiency_summary(costs, systems[0].name)

@@ -13,7 +13,8 @@ from .agentflow import AgentFlowConfig, FlowLimits, ModelPlanner, flow_metrics, 
 from .scripted_flow import scripted_modules
 from .benchmarks import game24_real
 from .cli import Command, recorded, run_stage_command, stage_parser
-from .core import accuracy_text, pct, atomic_dir, atomic_write_json, close_process_group, config_json, read_json, resolve_run_dir, stable_hash
+from .core import accuracy_text, pct, atomic_dir, atomic_write_json, close_process_group, config_json, read_json, stable_hash
+from .run import as_run, run_dir_of
 from .evaluate import eval_tasks
 from .flow_grpo import (FlowGRPOConfig, default_modules, model_fingerprint, plot_planner_comparison, plot_tool_usage,
                                plot_turn_budget, train_flow_grpo)
@@ -28,11 +29,12 @@ __all__ = ['FLOW_RECORD_FIELDS', 'LABELS', 'FLOW_COMMANDS', 'agentflow_tasks', '
            'agentflow_report', 'flow_grpo_report', 'main']
 
 # %% ../nbs/14b_flow_stages.ipynb #d4be68a6
-def _af_dir(run_dir) -> Path: return resolve_run_dir(run_dir) / "agentflow"
+def _af_dir(run_dir) -> Path: return run_dir_of(run_dir) / "agentflow"
 
 def agentflow_tasks(run_dir, cfg: AgentFlowConfig, split: str, per_kind: int) -> list[dict]:
     "`per_kind` tasks of each AgentFlow kind from the run's `split` (the training split in a seeded order; test as `09_sft` takes it)."
-    ds = build_task_splits(run_dir, TaskConfig.for_profile(cfg.profile))[split]
+    run = as_run(run_dir, cfg.profile)
+    ds = build_task_splits(run.dir, run.tasks)[split]
     return eval_tasks(ds.shuffle(seed=cfg.seed) if split == "train" else ds, per_kind, cfg.kinds)
 
 def load_planner(path, batch_size: int = 64) -> ModelPlanner:
@@ -88,12 +90,12 @@ def flow_eval(run_dir, name: str, planner, tasks: Sequence[dict], cfg: AgentFlow
 # %% ../nbs/14b_flow_stages.ipynb #baf6703f
 def run_agentflow_stage(run_dir, cfg: AgentFlowConfig) -> dict:
     "The AgentFlow stage: the warm-start planner (found or trained), then the system on test with the teacher planner and with it; `agentflow_results.json`."
-    rd = resolve_run_dir(run_dir)
-    test, warm = agentflow_tasks(rd, cfg, "test", cfg.n_test), planner_warm_start(rd, cfg)
-    metrics = {"teacher_planner": flow_eval(rd, "teacher_planner", None, test, cfg), "warm_start": flow_eval(rd, "warm_start", warm, test, cfg)}
+    run = as_run(run_dir, cfg.profile)                                   # one Run for every stage below
+    test, warm = agentflow_tasks(run, cfg, "test", cfg.n_test), planner_warm_start(run, cfg)
+    metrics = {"teacher_planner": flow_eval(run, "teacher_planner", None, test, cfg), "warm_start": flow_eval(run, "warm_start", warm, test, cfg)}
     out = {"profile": cfg.profile, "config": asdict(cfg), "n_test_tasks": len(test), "metrics": metrics,
-           "teacher_flows": read_json(_af_dir(rd) / "teacher_flows.json"), "warm_start": read_json(warm / "sft_done.json")}
-    atomic_write_json(rd / "agentflow_results.json", out)
+           "teacher_flows": read_json(_af_dir(run) / "teacher_flows.json"), "warm_start": read_json(warm / "sft_done.json")}
+    atomic_write_json(run.dir / "agentflow_results.json", out)
     return out
 
 # %% ../nbs/14b_flow_stages.ipynb #7105b59b
@@ -137,24 +139,24 @@ def offline_sft_planner(run_dir, acfg: AgentFlowConfig, gcfg: FlowGRPOConfig) ->
 # %% ../nbs/14b_flow_stages.ipynb #03a178d3
 def flow_grpo_ablations(run_dir, acfg: AgentFlowConfig, gcfg: FlowGRPOConfig) -> dict:
     "Warm start vs Flow-GRPO vs offline SFT on test, the turn budget, tool use, tool errors, GameOf24; `run_dir/flow_grpo_results.json` + figures."
-    rd = resolve_run_dir(run_dir)
-    test = agentflow_tasks(rd, acfg, "test", acfg.n_test)
-    paths = {"warm_start": planner_warm_start(rd, acfg), "flow_grpo": flow_grpo_planner(rd, acfg, gcfg),
-             "offline_sft": offline_sft_planner(rd, acfg, gcfg)}
-    planners = {n: flow_eval(rd, n, p, test, acfg) for n, p in paths.items()}
-    budgets = {str(t): planners["flow_grpo"] if t == acfg.max_turns else flow_eval(rd, f"flow_grpo_T{t}", paths["flow_grpo"], test, acfg, t)
+    run = as_run(run_dir, acfg.profile)                                  # one Run for every stage below
+    test = agentflow_tasks(run, acfg, "test", acfg.n_test)
+    paths = {"warm_start": planner_warm_start(run, acfg), "flow_grpo": flow_grpo_planner(run, acfg, gcfg),
+             "offline_sft": offline_sft_planner(run, acfg, gcfg)}
+    planners = {n: flow_eval(run, n, p, test, acfg) for n, p in paths.items()}
+    budgets = {str(t): planners["flow_grpo"] if t == acfg.max_turns else flow_eval(run, f"flow_grpo_T{t}", paths["flow_grpo"], test, acfg, t)
                for t in gcfg.budgets}
     g24 = game24_real(gcfg.n_game24_real)
-    game24 = {n: flow_eval(rd, f"{n}_gameof24", paths[n], g24, acfg) for n in ("warm_start", "flow_grpo")}
-    fig = rd / "figures"
+    game24 = {n: flow_eval(run, f"{n}_gameof24", paths[n], g24, acfg) for n in ("warm_start", "flow_grpo")}
+    fig = run.dir / "figures"
     plot_planner_comparison(planners, fig / "flow_grpo_planners.png")
     plot_turn_budget({int(t): m for t, m in budgets.items()}, fig / "flow_grpo_turn_budget.png")
     plot_tool_usage(planners["warm_start"]["tool_share_by_kind"], planners["flow_grpo"]["tool_share_by_kind"], fig / "flow_grpo_tool_usage.png")
     fg = paths["flow_grpo"]
     out = {"profile": acfg.profile, "config": asdict(gcfg), "n_test_tasks": len(test), "planners": planners, "turn_budget": budgets,
            "gameof24": {"n": len(g24), "metrics": game24, "paper": 53.0}, "curves": read_json(fg / "flow_grpo_curves.json"),
-           "training": read_json(fg / "flow_grpo_done.json"), "offline_sft": read_json(_af_dir(rd) / "offline_sft_rows.json")}
-    atomic_write_json(rd / "flow_grpo_results.json", out)
+           "training": read_json(fg / "flow_grpo_done.json"), "offline_sft": read_json(_af_dir(run) / "offline_sft_rows.json")}
+    atomic_write_json(run.dir / "flow_grpo_results.json", out)
     return out
 
 # %% ../nbs/14b_flow_stages.ipynb #5626cfbb
