@@ -149,6 +149,11 @@ def is_built(path: str | os.PathLike, key: str | None = None) -> bool:
         return True
     return False
 
+def _adopt(path: Path, key: str) -> None:
+    "Write `key` into the hash-less marker of an artifact taken as built under it, so that a later change of config rebuilds it."
+    marker = path.with_name(path.name + ".done")
+    if read_json(marker).get("config_hash") is None: mark_built(path, read_json(marker), key=key)
+
 def mark_built(path: str | os.PathLike, info: dict | None = None, key: str | None = None) -> Path:
     "Write the `.done` marker of the artifact at `path` (atomically): optional `info` and the config hash `key` it was built under."
     path = Path(path)
@@ -164,6 +169,7 @@ def load_or_build(run_dir: str | os.PathLike, name: str, build: Callable[[Path],
         path.with_name(path.name + ".done").unlink(missing_ok=True)   # a stale artifact is unfinished until rebuilt
         build(path)
         mark_built(path, key=key)
+    elif key is not None: _adopt(path, key)
     return load(path)
 
 # %% ../nbs/00_core.ipynb #828d4150

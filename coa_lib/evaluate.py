@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 from datasets import Dataset
 
-from .core import OUTCOME_FEATURES, TASK_KINDS, Outcome, atomic_write_json, full_reward, outcomes_of, resolve_run_dir, save_dataset
+from .core import OUTCOME_FEATURES, TASK_KINDS, Outcome, atomic_write_json, full_reward, outcomes_of, save_dataset
 from .episode import Episode, FinishReason, Limits
 from .format import COA, TagSet
 from .prompts import as_tagset
@@ -135,7 +135,7 @@ def evaluate(policy, dataset, toolbox=None, fmt: TagSet | str = COA, n: int = 1,
     metrics.update(wall_time_s=wall, generated_tokens_per_s=metrics["generated_tokens"] / wall if wall > 0 else 0.0)
     records = records_dataset(episodes, tasks, wall / max(1, len(episodes)))   # a batched evaluation: each episode its share
     if run_dir is not None:
-        out = resolve_run_dir(run_dir) / name
+        out = Path(run_dir).expanduser() / name                        # the caller's run dir (the stages know it)
         save_dataset(records, out / "records")
         atomic_write_json(out / "metrics.json", metrics)
     return metrics, records

@@ -15,7 +15,7 @@ from fastcore.basics import patch
 from datasets import Dataset
 from tqdm.auto import tqdm
 
-from .core import Outcome, atomic_write_text, check_profile, full_reward, resolve_run_dir, stable_hash
+from .core import Outcome, atomic_write_text, check_profile, full_reward, stable_hash, temp_dir
 from .format import close_tag, extract_answer, find_tool_call, format_observation, open_tag, tag_content
 from .llm import Backend
 from .rewards import score
@@ -356,7 +356,7 @@ def run_teacher(tasks, backend: Backend, tokenizer=None, *, limits: MASLimits = 
     "Traces of the teacher MAS (every role played by `backend`) on `tasks`, in resumable shards."
     tasks = tasks.to_list() if isinstance(tasks, Dataset) else [dict(t) for t in tasks]
     mas = MAS(backend, TokenCounter(tokenizer), limits, toolbox_fn)
-    root = resolve_run_dir(run_dir) / f"{name}.shards"
+    root = (Path(run_dir).expanduser() if run_dir is not None else temp_dir("coa-teacher-")) / f"{name}.shards"
     root.mkdir(parents=True, exist_ok=True)
     shards = [tasks[i:i + shard_size] for i in range(0, len(tasks), shard_size)]
     paths = [_shard_path(root, i, [t["id"] for t in s]) for i, s in enumerate(shards)]

@@ -5,7 +5,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from coa_lib.core import read_json
-from coa_lib.run import Run
+from coa_lib.run import Run, task_key
 from coa_lib.stages import PREPARED, build_sft_sets, build_task_splits, teacher_eval
 from coa_lib.tasks import TaskConfig
 
@@ -59,11 +59,13 @@ def test_a_filter_change_rebuilds_only_the_sft_sets(tmp_path):
 
 
 def test_markers_of_an_earlier_version_still_load(tmp_path, capsys):
-    "A run dir written before config hashes (markers without one) is taken as built, with a one-line notice: no rebuild."
+    "A run dir written before config hashes (markers without one) is taken as built, with a one-line notice, and adopted: a later change rebuilds."
     run = Run(tmp_path / "run", "smoke", tasks=SMALL)
-    build_task_splits(run.dir, SMALL)
+    ids = build_task_splits(run.dir, SMALL)["train"]["id"]
     for s in ("train", "train_heldout", "dev", "test"): (run.dir / f"tasks_{s}.done").write_text("{}\n")   # as main wrote them
-    before = (run.dir / "tasks_train.done").stat().st_mtime_ns
-    build_task_splits(run.dir, replace(SMALL, seed=5))
-    assert (run.dir / "tasks_train.done").stat().st_mtime_ns == before
+    other = replace(SMALL, seed=5)
+    assert build_task_splits(run.dir, other)["train"]["id"] == ids                     # loaded, not rebuilt
     assert "built before config hashes" in capsys.readouterr().err
+    assert read_json(run.dir / "tasks_train.done")["config_hash"] == task_key(other)    # adopted under the config it was loaded for
+    assert build_task_splits(run.dir, SMALL)["train"]["id"] == ids                     # now a change of config rebuilds (back to SMALL)
+    assert read_json(run.dir / "tasks_train.done")["config_hash"] == task_key(SMALL)
