@@ -138,6 +138,8 @@ def artifact_path(run_dir: str | os.PathLike, name: str) -> Path:
     "Where the artifact `name` of a run lives."
     return Path(run_dir) / name
 
+_NOTICED: set[str] = set()   # artifacts of earlier versions already announced in this process (one notice each)
+
 def is_built(path: str | os.PathLike, key: str | None = None) -> bool:
     "The one rule: the artifact at `path` was completely written (its `.done` marker) under the config hash `key` (None: any)."
     path = Path(path); marker = path.with_name(path.name + ".done")
@@ -145,7 +147,8 @@ def is_built(path: str | os.PathLike, key: str | None = None) -> bool:
     made = read_json(marker).get("config_hash")
     if key is None or made == key: return True
     if made is None:   # written before config hashes: taken as built under the current config (delete it to rebuild)
-        print(f"{path}: built before config hashes (its .done marker has none); taken as built under the current config", file=sys.stderr)
+        if str(path) not in _NOTICED:
+            _NOTICED.add(str(path)); print(f"{path}: built before config hashes (its .done marker has none); taken as built under the current config", file=sys.stderr)
         return True
     return False
 

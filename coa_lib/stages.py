@@ -421,6 +421,7 @@ def _prepare(rd: Path, a) -> dict:
     run_teacher_stage(run); teacher_eval(run)
     return {name: ds.num_rows for name, ds in build_sft_sets(run).items()}
 def _prepared(rd: Path, a) -> dict | None:
+    if not rd.is_dir(): return None                                  # a check creates nothing
     run = _prepare_run(rd, a)
     return {} if all(is_built(rd / n, run.key(n)) for n in PREPARED) else None
 def _prepare_options(p) -> None:
