@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from coa_lib.agentflow import ModelPlanner, flow_metrics, kv_generate, solve
+from coa_lib.agentflow import ModelPlanner, flow_metrics, solve
+from coa_lib.rollout import kv_generate
 from coa_lib.core import read_json
 from coa_lib.flow_grpo import FlowGRPOConfig, train_flow_grpo
 from coa_lib.llm import build_tiny_qwen2

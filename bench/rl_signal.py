@@ -18,6 +18,7 @@ import torch
 from coa_lib.core import TASK_KINDS, atomic_write_json
 from coa_lib.evaluate import eval_tasks
 from coa_lib.llm import load_policy
+from coa_lib.episode import Limits
 from coa_lib.rollout import rollout
 from coa_lib.stages import build_task_splits, student_named
 from coa_lib.tasks import TaskConfig
@@ -41,10 +42,10 @@ def main() -> None:
     policy = load_policy(rd / "sft" / student.name)
     train = build_task_splits(rd, TaskConfig.for_profile(a.profile))["train"].shuffle(seed=1)
     tasks = eval_tasks(train, a.per_kind, TASK_KINDS)
-    budget = dict(max_turns=8, max_new_tokens=256)
+    budget = Limits(max_turns=8, max_new_tokens=256)
     t0 = time.perf_counter()
-    greedy = rollout(policy, tasks, fmt=student.fmt, progress=False, **budget)
-    sampled = rollout(policy, tasks, fmt=student.fmt, n=a.k, temperature=1.0, seed=0, progress=False, **budget)
+    greedy = rollout(policy, tasks, fmt=student.fmt, progress=False, limits=budget)
+    sampled = rollout(policy, tasks, fmt=student.fmt, n=a.k, temperature=1.0, seed=0, progress=False, limits=budget)
     wall = time.perf_counter() - t0
     by_task: dict[str, list] = {}
     for e in sampled: by_task.setdefault(e.task_id, []).append(e)

@@ -14,6 +14,7 @@ Prints both generated tokens/s and their ratio; writes bench/results/rollout_ben
 """
 from __future__ import annotations
 import argparse, os, platform, tempfile, time
+from dataclasses import asdict
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import torch
 from coa_lib.core import atomic_write_json, stable_hash
 from coa_lib.llm import build_tiny_qwen2
 from coa_lib.tokenizer import build_tokenizer
+from coa_lib.episode import Limits
 from coa_lib.rollout import naive_rollout, rollout
 from coa_lib.toy import toy_tasks, toy_texts, toy_world, ToyToolBox, ToyTrainConfig, train_toy_agent
 
@@ -59,22 +61,22 @@ def main(argv=None) -> dict:
     model, tok, train = toy_agent(cfg)
     world = toy_world(4242)
     tasks = toy_tasks(world, a.tasks, seed=17)
-    budget = dict(max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, max_total_tokens=512)
+    budget = Limits(max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, max_total_tokens=512)
     load0 = os.getloadavg()
 
     stats = {}
     t0 = time.perf_counter()
-    fast = rollout((model, tok), tasks, toolbox=ToyToolBox(world), batch_size=a.batch_size, progress=False, stats=stats, **budget)
+    fast = rollout((model, tok), tasks, toolbox=ToyToolBox(world), batch_size=a.batch_size, progress=False, stats=stats, limits=budget)
     t_fast = time.perf_counter() - t0
     t0 = time.perf_counter()
-    slow = naive_rollout(model, tok, tasks, toolbox=ToyToolBox(world), progress=True, **budget)
+    slow = naive_rollout(model, tok, tasks, toolbox=ToyToolBox(world), progress=True, limits=budget)
     t_slow = time.perf_counter() - t0
 
     gen = sum(e.generated_tokens for e in fast)
     res = {
         "model": {"size": cfg.size, "params": sum(p.numel() for p in model.parameters()), "vocab": len(tok),
                   "train_steps": cfg.steps, "train_batch": cfg.batch_size, "train": train},
-        "setup": {"tasks": len(tasks), "batch_size": a.batch_size, **budget, "greedy": True,
+        "setup": {"tasks": len(tasks), "batch_size": a.batch_size, **asdict(budget), "greedy": True,
                   "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(), "loadavg_before": load0,
                   "loadavg_after": os.getloadavg(), "python": platform.python_version(), "torch": torch.__version__},
         "identical_outputs": [e.token_ids for e in fast] == [e.token_ids for e in slow],

@@ -144,7 +144,7 @@ def run_rung(a) -> dict:
         try:
             import copy                                              # with an eval dtype, a copy: the trained weights stay fp32
             policy = load_policy(model if cfg.eval_dtype is None else copy.deepcopy(model), tok, dtype=cfg.eval_dtype)
-            m, _ = evaluate(policy, dev, fmt="coa", max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, progress=False)
+            m, _ = evaluate(policy, dev, fmt="coa", progress=False, limits=cfg.limits)
         finally: model.train()
         loss = next((h["loss"] for h in reversed(state.log_history) if "loss" in h), None) if state else None
         p = {"tokens_seen": seen, "train_minutes": train_minutes, "loss": loss, "dev_tasks": len(dev), "dev_accuracy": m["accuracy"],
@@ -236,7 +236,7 @@ def final_eval(model, tok, cfg, dev: list[dict], a) -> dict:
     policy = load_policy(model, tok, dtype=cfg.eval_dtype)
     out = {}
     t0 = time.perf_counter()
-    g, recs = evaluate(policy, dev, fmt="coa", max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, progress=False)
+    g, recs = evaluate(policy, dev, fmt="coa", progress=False, limits=cfg.limits)
     out["greedy"] = {k: g[k] for k in ("n_tasks", "accuracy", "accuracy_ci95", "by_kind", "invalid_rate", "finish_reasons",
                                         "mean_processed_tokens", "mean_tool_calls")}
     out["greedy"]["reward_by_task"] = dict(zip(recs["task_id"], recs["reward"]))    # for paired comparisons between rungs
@@ -245,8 +245,7 @@ def final_eval(model, tok, cfg, dev: list[dict], a) -> dict:
           + " ".join(f"{k[:5]} {v['accuracy']:.2f}" for k, v in g["by_kind"].items()), flush=True)
     if a.avg_k:
         t0 = time.perf_counter()
-        s, _ = evaluate(policy, dev, fmt="coa", n=a.avg_k, k=(1,), temperature=a.temperature, seed=a.seed,
-                        max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, progress=False)
+        s, _ = evaluate(policy, dev, fmt="coa", n=a.avg_k, k=(1,), temperature=a.temperature, seed=a.seed, progress=False, limits=cfg.limits)
         out[f"avg@{a.avg_k}"] = {"temperature": a.temperature, "accuracy": s["avg@1"], "accuracy_ci95": s["accuracy_ci95"],
                                  f"pass@1": s["pass@1"], "by_kind": {k: v["accuracy"] for k, v in s["by_kind"].items()},
                                  "invalid_rate": s["invalid_rate"], "eval_s": time.perf_counter() - t0}

@@ -71,7 +71,7 @@ def main():
                 if state.global_step % a.eval_every: return
                 model.eval()
                 try:
-                    m, _ = evaluate(load_policy(model, tok), dev, fmt=student.fmt, max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens, progress=False)
+                    m, _ = evaluate(load_policy(model, tok), dev, fmt=student.fmt, progress=False, limits=cfg.limits)
                 finally: model.train()
                 loss = next((h["loss"] for h in reversed(state.log_history) if "loss" in h), None)
                 curve.append({"step": state.global_step, "tokens_seen": int(state.num_input_tokens_seen), "loss": loss, "dev_accuracy": m["accuracy"],

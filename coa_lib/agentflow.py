@@ -10,28 +10,25 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Sequence
 
-import torch
 from fastcore.basics import patch
 
-from .core import check_profile, task_meta
-from .evaluate import wilson_interval
+from .core import Outcome, check_profile, full_reward
+from .evaluate import accuracy_of
 from .format import ToolCall, extract_answer, find_tool_call, is_forged
 from .llm import Backend
 from .rewards import score
-from .rollout import KVBatch, encode_prompt, eos_ids_of, pad_id, sample_next
-from .episode import TurnDecoder
-from .teacher import plan_steps
+from .rollout import Generation, kv_generate
 from .tokenizer import IM_START, apply_chat_template, chat_block
 from .prompts import has_chat_template
+from .tasks import task_difficulty
 from .tools import ToolBox, one_line
 
 # %% auto #0
 __all__ = ['TOOL_HELP', 'COA_TAG', 'TOOL_OF_TAG', 'INVALID_TOOL', 'TOOL_LABELS', 'EXECUTOR_ARGS', 'FLOW_ROLES', 'AF_KINDS',
            'CATEGORIES', 'FlowTool', 'parse_tool', 'tool_label', 'Verdict', 'MemoryStep', 'Memory', 'read_memory',
            'FlowRole', 'FlowRoleSpec', 'tools_text', 'flow_prompt', 'Decision', 'parse_decision', 'render_decision',
-           'executor_instruction', 'parse_verdict_line', 'PlannerTurn', 'BackendPlanner', 'kv_generate', 'ModelPlanner',
-           'FlowModules', 'FlowLimits', 'FlowRecord', 'is_tool_error', 'solve', 'task_difficulty', 'flow_metrics',
-           'planner_sft_rows', 'AgentFlowConfig']
+           'executor_instruction', 'parse_verdict_line', 'BackendPlanner', 'ModelPlanner', 'FlowModules', 'FlowLimits',
+           'FlowRecord', 'is_tool_error', 'solve', 'flow_metrics', 'planner_sft_rows', 'AgentFlowConfig']
 
 # %% ../nbs/11_agentflow.ipynb #900b8f55
 class FlowTool(str, Enum):
@@ -198,56 +195,20 @@ def parse_verdict_line(text: str) -> tuple[Verdict, str]:
     return Verdict(m.group(1).upper()), one_line(m.group(2))[:200]
 
 # %% ../nbs/11_agentflow.ipynb #3d63ff93
-@dataclass
-class PlannerTurn:
-    "One planner call: its text and token counts; the ids and log-probs when a local model wrote it (for training)."
-    text: str
-    prompt_tokens: int
-    completion_tokens: int
-    prompt_ids: list[int] | None = None
-    completion_ids: list[int] | None = None
-    logprobs: list[float] | None = None
-
 class BackendPlanner:
     "A planner that is any `Backend` (an endpoint, the scripted teacher, a local model through HF generate)."
     def __init__(self, backend: Backend): self.backend = backend
-    def propose(self, prompts: list[str], temperature: float = 0.0, seed: int | None = None) -> list[PlannerTurn]:
+    def propose(self, prompts: list[str], temperature: float = 0.0, seed: int | None = None) -> list[Generation]:
         spec = FLOW_ROLES[FlowRole.PLANNER]
         outs = self.backend.generate(prompts, stop=list(spec.stop), max_new_tokens=spec.max_new_tokens, temperature=temperature, seed=seed)
-        return [PlannerTurn(c.text + (c.stop or ""), c.prompt_tokens, c.completion_tokens) for c in outs]
+        return [Generation(c.text + (c.stop or ""), c.prompt_tokens, c.completion_tokens) for c in outs]
 
 # %% ../nbs/11_agentflow.ipynb #bf9dc41b
-@torch.inference_mode()
-def kv_generate(model, tokenizer, prompts: Sequence[str], max_new_tokens: int, stops: Sequence[str], temperature: float = 0.0,
-                seed: int = 0, batch_size: int = 64) -> list[PlannerTurn]:
-    "Short completions of many prompts through one `KVBatch` per chunk of `batch_size` (rows leave as they finish)."
-    model.eval()
-    eos, pieces, out = eos_ids_of(model, tokenizer), {}, []
-    for start in range(0, len(prompts), batch_size):
-        chunk = list(range(start, min(start + batch_size, len(prompts))))
-        enc = [encode_prompt(tokenizer, prompts[i]) for i in chunk]
-        gens = [torch.Generator().manual_seed(seed * 1_000_003 + i) if temperature > 0 else None for i in chunk]
-        decs = [TurnDecoder(tokenizer, eos, stops, pieces) for _ in chunk]
-        lps: list[list[float]] = [[] for _ in chunk]
-        kv, rows = KVBatch(model, pad_id=pad_id(tokenizer)), list(range(len(chunk)))
-        logits = kv.feed(rows, enc, fresh=True)
-        while rows:
-            toks, lp = sample_next(logits, temperature, [gens[s] for s in rows])
-            keep = []
-            for r, (s, t, l) in enumerate(zip(rows, toks, lp)):
-                lps[s].append(l)
-                if decs[s].push(t) is None and len(decs[s].ids) < max_new_tokens: keep.append(r)
-            if not keep: break
-            if len(keep) < len(rows): kv.select(keep); rows = [rows[r] for r in keep]
-            logits = kv.feed(list(range(len(rows))), [[decs[s].ids[-1]] for s in rows])
-        out += [PlannerTurn(d.text(), len(e), len(d.ids), e, list(d.ids), l) for e, d, l in zip(enc, decs, lps)]
-    return out
-
 class ModelPlanner:
-    "The trainable planner: a local causal LM, batched through the KV-cache engine; keeps ids and log-probs for Flow-GRPO."
+    "The trainable planner: a local causal LM, batched through the KV-cache engine (`kv_generate`); keeps ids and log-probs for Flow-GRPO."
     def __init__(self, model, tokenizer, batch_size: int = 64):
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
-    def propose(self, prompts: list[str], temperature: float = 0.0, seed: int | None = None) -> list[PlannerTurn]:
+    def propose(self, prompts: list[str], temperature: float = 0.0, seed: int | None = None) -> list[Generation]:
         spec = FLOW_ROLES[FlowRole.PLANNER]
         return kv_generate(self.model, self.tokenizer, prompts, spec.max_new_tokens, spec.stop, temperature, seed or 0, self.batch_size)
 
@@ -289,6 +250,12 @@ class FlowRecord:
 
     @property
     def tool_calls(self) -> int: return sum(1 for s in self.memory if s["command"])
+
+    def outcome(self) -> Outcome:
+        "The flow as an `Outcome`: four modules, each call a prompt of its own (billed whole)."
+        p, g = sum(v[0] for v in self.tokens.values()), sum(v[1] for v in self.tokens.values())
+        return Outcome(self.id, self.kind, full_reward(self.reward), float(self.reward), p, p, g, self.tool_calls, self.turns,
+                       sum(self.calls.values()), self.wall_s)
 
 def is_tool_error(step: dict) -> bool:
     "A turn whose tool call failed: no known tool named, no call made, or an error / miss observation."
@@ -376,15 +343,7 @@ def solve(tasks: Sequence[dict] | dict, modules: FlowModules, max_turns: int = 5
 AF_KINDS = ("multihop", "comparison", "mixed", "math", "game24")
 CATEGORIES = {"search": ("multihop", "comparison"), "agentic": ("mixed",), "math": ("math", "game24")}   # AgentFlow's groups
 
-def _acc(rewards: Sequence[float]) -> dict:
-    n, c = len(rewards), int(sum(r >= 1 for r in rewards))
-    lo, hi = wilson_interval(c, n)
-    return {"accuracy": c / n if n else 0.0, "ci95": [lo, hi], "n": n}
-
-def task_difficulty(task: dict) -> str:
-    "'hard' when the teacher's plan has 3 or more steps (3-hop questions, lookups + computation), else 'easy'."
-    t = dict(task); t["_meta"] = task_meta(t)
-    return "hard" if len(plan_steps(t)) >= 3 else "easy"
+def _acc(rewards: Sequence[float]) -> dict: return accuracy_of([full_reward(r) for r in rewards])
 
 def flow_metrics(records: Sequence[FlowRecord], tasks: Sequence[dict] | None = None) -> dict:
     "Accuracy [95% CI] overall, by kind, by category and by difficulty; tokens per module, turns, tool use and tool errors."

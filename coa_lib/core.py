@@ -2,21 +2,22 @@
 
 # %% ../nbs/00_core.ipynb #2c0c8300
 from __future__ import annotations
-import atexit, codecs, csv, glob, hashlib, io, json, os, random, re, shutil, tempfile
+import atexit, codecs, csv, glob, hashlib, io, json, os, random, re, shutil, sys, tempfile
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from datasets import Dataset, Features, Value
 
 # %% auto #0
-__all__ = ['PROFILES', 'TASK_KINDS', 'QA_KINDS', 'SPLITS', 'TASK_COLUMNS', 'TASK_FEATURES', 'REPO_ROOT', 'DATA_DIR',
-           'SAMPLES_DIR', 'check_profile', 'remove_at_end', 'temp_dir', 'resolve_run_dir', 'scratch_dir',
-           'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'read_json', 'atomic_dir', 'save_dataset',
-           'launched_processes', 'close_process_group', 'artifact_path', 'is_built', 'mark_built', 'load_or_build',
-           'stable_hash', 'config_json', 'seed_int', 'rng_for', 'split_of', 'check_split', 'check_kind', 'meta_json',
-           'task_meta', 'to_dataset', 'DataFormatError', 'format_error', 'get_field', 'str_list', 'read_text_file',
+__all__ = ['PROFILES', 'TASK_KINDS', 'QA_KINDS', 'SPLITS', 'TASK_COLUMNS', 'TASK_FEATURES', 'OUTCOME_FIELDS', 'OUTCOME_FEATURES',
+           'REPO_ROOT', 'DATA_DIR', 'SAMPLES_DIR', 'check_profile', 'remove_at_end', 'temp_dir', 'resolve_run_dir',
+           'scratch_dir', 'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'read_json', 'atomic_dir',
+           'save_dataset', 'launched_processes', 'close_process_group', 'artifact_path', 'is_built', 'mark_built',
+           'load_or_build', 'stable_hash', 'config_json', 'seed_int', 'rng_for', 'split_of', 'check_split',
+           'check_kind', 'meta_json', 'task_meta', 'to_dataset', 'full_reward', 'Outcome', 'outcomes_of', 'pct',
+           'accuracy_text', 'DataFormatError', 'format_error', 'get_field', 'str_list', 'read_text_file',
            'read_json_list', 'read_jsonl', 'read_csv_rows', 'agentflow_benchmark_dir']
 
 # %% ../nbs/00_core.ipynb #f5f94ae7
@@ -137,25 +138,41 @@ def artifact_path(run_dir: str | os.PathLike, name: str) -> Path:
     "Where the artifact `name` of a run lives."
     return Path(run_dir) / name
 
-def is_built(path: str | os.PathLike) -> bool:
-    "True if the artifact at `path` was completely written (its `.done` marker exists)."
-    path = Path(path)
-    return path.with_name(path.name + ".done").exists()
+_NOTICED: set[str] = set()   # artifacts of earlier versions already announced in this process (one notice each)
 
-def mark_built(path: str | os.PathLike, info: dict | None = None) -> Path:
-    "Write the `.done` marker of the artifact at `path` (atomically), with optional `info`."
-    path = Path(path)
-    return atomic_write_json(path.with_name(path.name + ".done"), info or {})
+def is_built(path: str | os.PathLike, key: str | None = None) -> bool:
+    "The one rule: the artifact at `path` was completely written (its `.done` marker) under the config hash `key` (None: any)."
+    path = Path(path); marker = path.with_name(path.name + ".done")
+    if not marker.exists(): return False
+    made = read_json(marker).get("config_hash")
+    if key is None or made == key: return True
+    if made is None:   # written before config hashes: taken as built under the current config (delete it to rebuild)
+        if str(path) not in _NOTICED:
+            _NOTICED.add(str(path)); print(f"{path}: built before config hashes (its .done marker has none); taken as built under the current config", file=sys.stderr)
+        return True
+    return False
 
-def load_or_build(run_dir: str | os.PathLike, name: str, build: Callable[[Path], Any], load: Callable[[Path], Any]):
-    "Load artifact `name` from `run_dir`, building it first with `build(path)` if it is missing or unfinished."
+def _adopt(path: Path, key: str) -> None:
+    "Write `key` into the hash-less marker of an artifact taken as built under it, so that a later change of config rebuilds it."
+    marker = path.with_name(path.name + ".done")
+    if read_json(marker).get("config_hash") is None: mark_built(path, read_json(marker), key=key)
+
+def mark_built(path: str | os.PathLike, info: dict | None = None, key: str | None = None) -> Path:
+    "Write the `.done` marker of the artifact at `path` (atomically): optional `info` and the config hash `key` it was built under."
+    path = Path(path)
+    return atomic_write_json(path.with_name(path.name + ".done"), {**(info or {}), **({"config_hash": key} if key else {})})
+
+def load_or_build(run_dir: str | os.PathLike, name: str, build: Callable[[Path], Any], load: Callable[[Path], Any], key: str | None = None):
+    "Load artifact `name` from `run_dir`, building it first with `build(path)` if it is missing, unfinished or built under another config hash `key`."
     path = artifact_path(run_dir, name)
-    if not is_built(path):
+    if not is_built(path, key):
         if launched_processes() > 1:   # under `accelerate launch`: two processes must not build one artifact
             raise RuntimeError(f"{path}: missing, and this is one of {launched_processes()} processes; build it in one "
                                "process first (`python -m coa_lib.stages prepare ...`), then launch the processes")
+        path.with_name(path.name + ".done").unlink(missing_ok=True)   # a stale artifact is unfinished until rebuilt
         build(path)
-        mark_built(path)
+        mark_built(path, key=key)
+    elif key is not None: _adopt(path, key)
     return load(path)
 
 # %% ../nbs/00_core.ipynb #828d4150
@@ -209,6 +226,50 @@ def task_meta(task: dict) -> dict:
 def to_dataset(rows: list[dict]) -> Dataset:
     "Task rows -> an HF `Dataset` with the five string columns (also when empty)."
     return Dataset.from_dict({c: [r[c] for r in rows] for c in TASK_COLUMNS}, features=TASK_FEATURES)
+
+# %% ../nbs/00_core.ipynb #88ec80c7
+def full_reward(reward: float) -> bool:
+    "A task counts as solved at full reward (1, up to rounding)."
+    return reward >= 1.0 - 1e-9
+
+@dataclass(frozen=True)
+class Outcome:
+    "What one system did on one task and what it cost: the one record every evaluation emits (episodes, the teacher MAS, AgentFlow)."
+    task_id: str
+    kind: str
+    correct: bool                 # full reward
+    reward: float
+    prompt_tokens: float          # tokens read, each model call's whole prompt counted (what an API bills)
+    prompt_tokens_cached: float   # tokens read when one model keeps its context in a KV cache across turns
+    generated_tokens: float
+    tool_calls: float
+    turns: float                  # agent turns (the MAS: its calls; AgentFlow: planner turns)
+    model_calls: float            # LLM calls of every role or module
+    wall_s: float                 # seconds per task (a batched run: its wall time / its tasks)
+
+    @property
+    def tokens(self) -> float: return self.prompt_tokens + self.generated_tokens
+
+OUTCOME_FIELDS = tuple(f.name for f in fields(Outcome))
+OUTCOME_FEATURES = {"task_id": Value("string"), "kind": Value("string"), "correct": Value("bool"),
+                    **{f: Value("float64") for f in OUTCOME_FIELDS[3:]}}   # the struct column `outcome` of a records Dataset
+
+def outcomes_of(records, source: str = "records") -> list[Outcome]:
+    "The `Outcome` of each record (a row with an `outcome` field: a records Dataset, or dicts); an error naming `source` if one has none."
+    out = []
+    for i, r in enumerate(records):
+        if r.get("outcome") is None: raise ValueError(f"{source}: record {i} has no outcome (written by an older version: build it again)")
+        out.append(Outcome(**r["outcome"]))
+    return out
+
+def pct(x: float) -> str:
+    "A share as a percentage with one decimal: 0.731 -> '73.1'."
+    return f"{100 * x:.1f}"
+
+def accuracy_text(m: dict) -> str:
+    "A summary's accuracy with its 95% interval (`accuracy_ci95`, the one CI key), in %: '73.1 [60.2, 82.0]'."
+    lo, hi = m["accuracy_ci95"]
+    return f"{pct(m['accuracy'])} [{pct(lo)}, {pct(hi)}]"
 
 # %% ../nbs/00_core.ipynb #f4a4a84c
 class DataFormatError(ValueError):

@@ -9,114 +9,64 @@ from pathlib import Path
 from typing import Sequence
 
 from .agentflow import AgentFlowConfig
-from .core import atomic_write_json, atomic_write_text, read_json, resolve_run_dir
-from .evaluate import eval_tasks, wilson_interval
+from .core import Outcome, accuracy_text, atomic_write_json, atomic_write_text, outcomes_of, read_json
+from .run import Run, as_run
+from .evaluate import eval_tasks, summarize
 from .flow_grpo import FlowGRPOConfig
 from .flow_stages import flow_grpo_ablations
 from .rl import RLConfig
 from .sft import SFTStageConfig
-from .stages import (RL_EVAL_NAMES, TeacherConfig, build_task_splits, evaluate_students, rl_evaluation, sft_eval_name,
+from .mas import TeacherConfig
+from .stages import (RL_EVAL_NAMES, build_task_splits, evaluate_students, run_rl_stage, sft_eval_name,
                             student_named, teacher_eval, train_students)
 from .tasks import TaskConfig
 
 # %% auto #0
-__all__ = ['SYSTEMS', 'AFM_TOKEN_REDUCTION', 'COST_FIELDS', 'TaskCost', 'MASCosts', 'EpisodeCosts', 'FlowCosts', 'System',
-           'load_costs', 'common_tasks', 'summarize_costs', 'efficiency_summary', 'efficiency_table', 'plot_costs',
-           'plot_accuracy_vs_tokens', 'efficiency_report', 'efficiency_inputs', 'efficiency_stage']
+__all__ = ['SYSTEMS', 'AFM_TOKEN_REDUCTION', 'read_outcomes', 'System', 'load_outcomes', 'common_tasks', 'efficiency_summary',
+           'efficiency_table', 'plot_costs', 'plot_accuracy_vs_tokens', 'efficiency_report', 'efficiency_inputs',
+           'efficiency_stage']
 
 # %% ../nbs/13_efficiency.ipynb #e9ea2225
-@dataclass(frozen=True)
-class TaskCost:
-    "What one system spent on one task, and whether it solved it."
-    task_id: str
-    kind: str
-    correct: bool
-    prompt_tokens: float          # tokens read, each model call's whole prompt counted (what an API bills)
-    prompt_tokens_cached: float   # tokens read when one model keeps its context in a KV cache across turns
-    generated_tokens: float
-    tool_calls: float
-    turns: float                  # agent turns (the MAS: its calls; AgentFlow: planner turns)
-    model_calls: float            # LLM calls of every role or module
-    wall_s: float                 # seconds per task (a batched evaluation: its wall time / its tasks)
-
-    @property
-    def tokens(self) -> float: return self.prompt_tokens + self.generated_tokens
-
 def _need(path: Path, notebook: str) -> Path:
     "`path`, or a FileNotFoundError naming the notebook that writes it."
     if not path.exists(): raise FileNotFoundError(f"{path}: missing; it is written by {notebook} (`make reproduce`)")
     return path
 
-# %% ../nbs/13_efficiency.ipynb #45e5eb71
-@dataclass(frozen=True)
-class MASCosts:
-    "The teacher MAS's traces (artifact `teacher_eval`): every role's call is a prompt of its own."
-    artifact: str = "teacher_eval"
-    notebook: str = "05_teacher_mas"
-
-    def load(self, run_dir) -> list[TaskCost]:
-        from datasets import load_from_disk
-        cols = ["id", "kind", "reward", "prompt_tokens", "completion_tokens", "n_tool_calls", "n_calls", "seconds"]
-        rows = load_from_disk(str(_need(Path(run_dir) / self.artifact, self.notebook))).select_columns(cols)
-        return [TaskCost(r["id"], r["kind"], r["reward"] >= 1.0 - 1e-9, r["prompt_tokens"], r["prompt_tokens"], r["completion_tokens"],
-                         r["n_tool_calls"], r["n_calls"], r["n_calls"], r["seconds"]) for r in rows]
-
-@dataclass(frozen=True)
-class EpisodeCosts:
-    "One model's evaluation records (`coa_lib.evaluate`): one context per task, each turn continuing it."
-    artifact: str                 # e.g. `sft_eval_name("coa")`, "sft_eval/coa_test"
-    notebook: str
-
-    def load(self, run_dir) -> list[TaskCost]:
-        from datasets import load_from_disk
-        d = _need(Path(run_dir) / self.artifact, self.notebook)
-        m = read_json(_need(d / "metrics.json", self.notebook))
-        if m.get("n_samples", 1) != 1: raise ValueError(f"{d}/metrics.json: {m['n_samples']} samples per task; the comparison needs 1")
-        wall = m["wall_time_s"] / max(1, m["n_episodes"])
-        cols = ["task_id", "kind", "correct", "generated_tokens", "processed_tokens_naive", "processed_tokens_cached", "n_tool_calls", "turns"]
-        return [TaskCost(r["task_id"], r["kind"], bool(r["correct"]), r["processed_tokens_naive"] - r["generated_tokens"],
-                         r["processed_tokens_cached"] - r["generated_tokens"], r["generated_tokens"], r["n_tool_calls"], r["turns"], r["turns"], wall)
-                for r in load_from_disk(str(d / "records")).select_columns(cols)]
-
-@dataclass(frozen=True)
-class FlowCosts:
-    "An AgentFlow evaluation (`flow_stages.flow_eval`, `agentflow/eval/<name>.json`): four modules, each call a prompt of its own."
-    name: str
-    notebook: str
-
-    def load(self, run_dir) -> list[TaskCost]:
-        path = _need(Path(run_dir) / "agentflow" / "eval" / f"{self.name}.json", self.notebook)
-        out = []
-        for i, r in enumerate(read_json(path)["records"]):
-            missing = [f for f in ("id", "kind", "reward", "tokens", "calls", "tool_calls", "turns", "wall_s") if f not in r]
-            if missing: raise ValueError(f"{path}: record {i} has no {missing} (written by an older version: run {self.notebook} again)")
-            p = sum(v[0] for v in r["tokens"].values())
-            out.append(TaskCost(r["id"], r["kind"], r["reward"] >= 1.0 - 1e-9, p, p, sum(v[1] for v in r["tokens"].values()),
-                                r["tool_calls"], r["turns"], sum(r["calls"].values()), r["wall_s"]))
-        return out
+def read_outcomes(path: Path) -> list[Outcome]:
+    "The `Outcome` of every task in the records at `path`: a saved records Dataset (a folder) or an AgentFlow evaluation (JSON)."
+    if path.suffix == ".json": return outcomes_of(read_json(path)["records"], str(path))
+    from datasets import load_from_disk
+    ds = load_from_disk(str(path))
+    if "outcome" not in ds.column_names: raise ValueError(f"{path}: no outcome column (written by an older version: build it again)")
+    return outcomes_of(ds.select_columns(["outcome"]), str(path))
 
 # %% ../nbs/13_efficiency.ipynb #cf630bd5
 @dataclass(frozen=True)
 class System:
-    "A system of the comparison: its name and where its per-task costs come from."
+    "A system of the comparison: its name, its records in the run dir and the notebook that writes them."
     name: str
-    source: MASCosts | EpisodeCosts | FlowCosts
+    records: str                  # relative to the run dir: a records Dataset, or an AgentFlow evaluation's JSON
+    notebook: str
 
-SYSTEMS = (System("teacher MAS", MASCosts()),
-           System("CoA SFT", EpisodeCosts(sft_eval_name("coa"), "09_sft")),
-           System("CoA SFT+RL", EpisodeCosts(RL_EVAL_NAMES["coa_rl"], "10_agentic_rl")),
-           System("ReAct/TIR SFT", EpisodeCosts(sft_eval_name("react"), "09_sft")),
-           System("Direct SFT", EpisodeCosts(sft_eval_name("direct"), "09_sft")),
-           System("AgentFlow, warm start", FlowCosts("warm_start", "11_agentflow")),
-           System("AgentFlow, Flow-GRPO", FlowCosts("flow_grpo", "12_flow_grpo")))
+    def outcomes(self, run_dir) -> list[Outcome]:
+        "Its per-task outcomes, read from the run dir."
+        return read_outcomes(_need(Path(run_dir) / self.records, self.notebook))
+
+SYSTEMS = (System("teacher MAS", "teacher_eval", "05_teacher_mas"),
+           System("CoA SFT", f"{sft_eval_name('coa')}/records", "09_sft"),
+           System("CoA SFT+RL", f"{RL_EVAL_NAMES['coa_rl']}/records", "10_agentic_rl"),
+           System("ReAct/TIR SFT", f"{sft_eval_name('react')}/records", "09_sft"),
+           System("Direct SFT", f"{sft_eval_name('direct')}/records", "09_sft"),
+           System("AgentFlow, warm start", "agentflow/eval/warm_start.json", "11_agentflow"),
+           System("AgentFlow, Flow-GRPO", "agentflow/eval/flow_grpo.json", "12_flow_grpo"))
 AFM_TOKEN_REDUCTION = -0.846      # AFM vs its MAS (OAgents), tokens per task: the paper's headline
 
-def load_costs(run_dir, systems: Sequence[System] = SYSTEMS) -> dict[str, list[TaskCost]]:
-    "{system name: its per-task costs}, read from the run dir."
-    return {s.name: s.source.load(run_dir) for s in systems}
+def load_outcomes(run_dir, systems: Sequence[System] = SYSTEMS) -> dict[str, list[Outcome]]:
+    "{system name: its per-task outcomes}, read from the run dir."
+    return {s.name: s.outcomes(run_dir) for s in systems}
 
 # %% ../nbs/13_efficiency.ipynb #a83773ce
-def common_tasks(costs: dict[str, list[TaskCost]]) -> list[str]:
+def common_tasks(costs: dict[str, list[Outcome]]) -> list[str]:
     "The task ids every system was evaluated on, in the first system's order; an error if none or a system repeats a task."
     for name, cs in costs.items():
         ids = [c.task_id for c in cs]
@@ -126,26 +76,11 @@ def common_tasks(costs: dict[str, list[TaskCost]]) -> list[str]:
     return [c.task_id for c in next(iter(costs.values())) if c.task_id in shared]
 
 # %% ../nbs/13_efficiency.ipynb #3f69f78b
-COST_FIELDS = ("prompt_tokens", "prompt_tokens_cached", "generated_tokens", "tokens", "tool_calls", "turns", "model_calls", "wall_s")
-
-def summarize_costs(costs: Sequence[TaskCost]) -> dict:
-    "Accuracy [Wilson 95% CI] overall and by kind, and the mean of every cost per task."
-    n, c = len(costs), sum(x.correct for x in costs)
-    lo, hi = wilson_interval(c, n)
-    kinds = sorted({x.kind for x in costs})
-    by_kind = {}
-    for k in kinds:
-        ks = [x for x in costs if x.kind == k]
-        kc = sum(x.correct for x in ks)
-        by_kind[k] = {"n": len(ks), "accuracy": kc / len(ks), "ci95": list(wilson_interval(kc, len(ks)))}
-    return {"n": n, "accuracy": c / n, "ci95": [lo, hi], "by_kind": by_kind,
-            **{f: sum(getattr(x, f) for x in costs) / n for f in COST_FIELDS}}
-
-def efficiency_summary(costs: dict[str, list[TaskCost]], reference: str | None = None) -> dict[str, dict]:
-    "Every system summarized on the tasks all share; each cost also as a change against `reference` (default: the first system)."
+def efficiency_summary(costs: dict[str, list[Outcome]], reference: str | None = None) -> dict[str, dict]:
+    "Every system summarized (`coa_lib.evaluate.summarize`) on the tasks all share; each cost also as a change against `reference` (default: the first)."
     ids = set(common_tasks(costs))
     reference = reference or next(iter(costs))
-    out = {name: summarize_costs([c for c in cs if c.task_id in ids]) for name, cs in costs.items()}
+    out = {name: summarize([c for c in cs if c.task_id in ids]) for name, cs in costs.items()}
     ref = out[reference]
     for s in out.values():
         s["vs_reference"] = {f: (s[f] / ref[f] - 1.0) if ref[f] else None for f in ("prompt_tokens", "generated_tokens", "tokens", "tool_calls", "model_calls")}
@@ -155,11 +90,10 @@ def efficiency_summary(costs: dict[str, list[TaskCost]], reference: str | None =
 def efficiency_table(summary: dict[str, dict]):
     "A DataFrame, one row per system: accuracy [CI] and the costs per task, with the token change against the reference."
     import pandas as pd
-    pct = lambda x: f"{100 * x:.1f}"
     rows = {}
     for name, s in summary.items():
         v = s["vs_reference"]
-        rows[name] = {"accuracy % [95% CI]": f"{pct(s['accuracy'])} [{pct(s['ci95'][0])}, {pct(s['ci95'][1])}]",
+        rows[name] = {"accuracy % [95% CI]": accuracy_text(s),
                       "prompt tokens": round(s["prompt_tokens"]), "prompt tokens, KV cache": round(s["prompt_tokens_cached"]),
                       "generated tokens": round(s["generated_tokens"]), "tokens": round(s["tokens"]),
                       "tokens vs MAS": f"{100 * v['tokens']:+.1f}%" if v["tokens"] is not None else "",
@@ -189,7 +123,7 @@ def plot_accuracy_vs_tokens(summary: dict[str, dict], path) -> Path:
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, s in summary.items():
-        lo, hi = s["ci95"]
+        lo, hi = s["accuracy_ci95"]
         ax.errorbar([s["tokens"]], [s["accuracy"]], yerr=[[s["accuracy"] - lo], [hi - s["accuracy"]]], fmt="o", capsize=3, label=name)
     ax.set(xscale="log", xlabel="tokens per task (prompt as billed + generated; log)", ylabel="accuracy", ylim=(-0.05, 1.05),
            title="accuracy vs tokens per task (same test tasks)")
@@ -221,23 +155,23 @@ def efficiency_report(results: dict) -> str:
 # %% ../nbs/13_efficiency.ipynb #00a9a437
 def efficiency_inputs(run_dir, profile: str) -> None:
     "Make sure the run dir holds every system's test records: the upstream stages (at `profile`) run for those missing."
-    rd = resolve_run_dir(run_dir)
-    teacher_eval(rd, TeacherConfig.for_profile(profile), progress=False)
-    cfg = SFTStageConfig.for_profile(profile)
+    run = as_run(run_dir, profile)
+    rd, cfg = run.dir, run.sft
+    teacher_eval(run, progress=False)
     need = [s for s in ("coa", "react", "direct") if not (rd / sft_eval_name(s) / "records").exists()]
     if need:   # what 09_sft evaluates, on the same test tasks
-        test_set = eval_tasks(build_task_splits(rd, TaskConfig.for_profile(profile))["test"], cfg.n_eval)
-        dirs = train_students(rd, cfg, [student_named(s) for s in need])
-        evaluate_students([(dirs[s], student_named(s), test_set, sft_eval_name(s)) for s in need], rd, cfg)
-    if not (rd / "rl_results.json").exists(): rl_evaluation(rd, RLConfig.for_profile(profile))
-    if not (rd / "flow_grpo_results.json").exists():
-        flow_grpo_ablations(rd, AgentFlowConfig.for_profile(profile), FlowGRPOConfig.for_profile(profile))
+        test_set = eval_tasks(build_task_splits(rd, run.tasks)["test"], cfg.n_eval)
+        dirs = train_students(run, cfg, [student_named(s) for s in need])
+        evaluate_students([(dirs[s], student_named(s), test_set, sft_eval_name(s)) for s in need], run, cfg)
+    if not (rd / "rl_results.json").exists(): run_rl_stage(run, run.rl)
+    if not (rd / "flow_grpo_results.json").exists(): flow_grpo_ablations(run, run.agentflow, run.flow_grpo)
 
 def efficiency_stage(run_dir, profile: str, systems: Sequence[System] = SYSTEMS, single_model: str = "CoA SFT+RL") -> dict:
     "Every system on the test tasks they share, against the first (the MAS): `efficiency_results.json`, two figures, the report part."
-    rd = resolve_run_dir(run_dir)
-    efficiency_inputs(rd, profile)
-    costs = load_costs(rd, systems)
+    run = as_run(run_dir, profile)
+    rd = run.dir
+    efficiency_inputs(run, profile)
+    costs = load_outcomes(rd, systems)
     ids = common_tasks(costs)
     summary = efficiency_summary(costs, systems[0].name)
     if single_model not in summary: raise KeyError(f"single_model {single_model!r} is none of {list(summary)}")

@@ -10,6 +10,7 @@ from enum import Enum
 from typing import Callable, Sequence
 
 from fastcore.basics import patch
+from .core import Outcome, full_reward
 from .format import (OBSERVATION, STOP_STRINGS, TagSet, ToolCall, TurnEnd, close_tag, extract_answer,
                             find_stop, find_tool_call, format_observation, is_forged, open_tag, validate_coa)
 from .rewards import score
@@ -85,6 +86,12 @@ class Episode:
                 "turns": self.turns, "finish": self.finish.value if self.finish else "",
                 "finish_detail": self.finish_detail, "answer": self.answer, "valid": self.valid,
                 "problems": list(self.problems), "wall_time": float(self.wall_time), "reward": float(self.reward)}
+
+    def outcome(self, wall_s: float) -> Outcome:
+        "The episode as an `Outcome`: one context, each turn continuing it (`wall_s`: its share of the evaluation's wall time)."
+        g = self.generated_tokens
+        return Outcome(self.task_id, self.kind, full_reward(self.reward), float(self.reward), self.processed_tokens_naive - g,
+                       self.processed_tokens_cached - g, g, len(self.tool_calls), self.turns, self.turns, wall_s)
 
 # %% ../nbs/08a_episode.ipynb #28863e6f
 TURN_TOKENS = 512   # one turn's budget: a distilled turn reaches ~370 student tokens (GameOf24's program), a code turn ~500

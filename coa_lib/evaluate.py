@@ -5,22 +5,24 @@
 # %% ../nbs/08c_evaluate.ipynb #df4d51cf
 from __future__ import annotations
 import json, math, time
+from dataclasses import asdict
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from datasets import Dataset
 
-from .core import TASK_KINDS, atomic_write_json, resolve_run_dir, save_dataset
-from .episode import TURN_TOKENS, Episode, FinishReason
+from .core import OUTCOME_FEATURES, TASK_KINDS, Outcome, atomic_write_json, full_reward, outcomes_of, save_dataset
+from .episode import Episode, FinishReason, Limits
 from .format import COA, TagSet
 from .prompts import as_tagset
 from .rollout import rollout
 
 # %% auto #0
-__all__ = ['wilson_interval', 'pass_at_k', 'is_correct', 'summarize', 'records_dataset', 'evaluate', 'env_mask_segments',
-           'show_env_mask', 'eval_tasks', 'teacher_metrics', 'results_table', 'plot_results', 'sign_test_p',
-           'paired_difference', 'per_task_correct', 'paired_records']
+__all__ = ['COST_FIELDS', 'wilson_interval', 'pass_at_k', 'is_correct', 'accuracy_of', 'accuracy_by_kind', 'summarize',
+           'summarize_episodes', 'records_dataset', 'evaluate', 'env_mask_segments', 'show_env_mask', 'eval_tasks',
+           'teacher_metrics', 'results_table', 'plot_results', 'sign_test_p', 'paired_difference', 'per_task_correct',
+           'paired_records']
 
 # %% ../nbs/08c_evaluate.ipynb #ab089e50
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -40,27 +42,45 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def is_correct(ep: Episode) -> bool:
     "Full reward."
-    return ep.reward >= 1.0 - 1e-9
+    return full_reward(ep.reward)
+
+# %% ../nbs/08c_evaluate.ipynb #8257cff4
+def accuracy_of(correct: Sequence[bool]) -> dict:
+    "`n`, `accuracy` and its Wilson 95% interval `accuracy_ci95` (the one CI key); accuracy 0 of no items."
+    n, c = len(correct), sum(map(bool, correct))
+    return {"n": n, "accuracy": c / n if n else 0.0, "accuracy_ci95": list(wilson_interval(c, n))}
+
+def accuracy_by_kind(kinds: Sequence[str], correct: Sequence[bool]) -> dict[str, dict]:
+    "`accuracy_of` the items of each kind, kinds sorted."
+    return {k: accuracy_of([c for kk, c in zip(kinds, correct) if kk == k]) for k in sorted(set(kinds))}
+
+COST_FIELDS = ("prompt_tokens", "prompt_tokens_cached", "generated_tokens", "tokens", "tool_calls", "turns", "model_calls", "wall_s")
+
+def summarize(outcomes: Sequence[Outcome]) -> dict:
+    "The one summary of any system's outcomes: accuracy [Wilson 95% CI] overall and by kind, the mean of every cost per task."
+    os_ = list(outcomes)
+    if not os_: raise ValueError("no outcomes to summarize")
+    ok = [o.correct for o in os_]
+    return {**accuracy_of(ok), "by_kind": accuracy_by_kind([o.kind for o in os_], ok),
+            **{f: sum(getattr(o, f) for o in os_) / len(os_) for f in COST_FIELDS}}
 
 # %% ../nbs/08c_evaluate.ipynb #57e0e619
 def _mean(xs) -> float:
     xs = list(xs)
     return float(sum(xs) / len(xs)) if xs else 0.0
 
-def summarize(episodes: list[Episode], k: Sequence[int] = (1,)) -> dict:
-    "Accuracy (Wilson 95% CI) overall and by kind, avg@k / pass@k, token, tool-call and turn means, invalid/truncated rates."
+def summarize_episodes(episodes: list[Episode], k: Sequence[int] = (1,)) -> dict:
+    "A model's evaluation metrics: accuracy (Wilson 95% CI) overall and by kind, avg@k / pass@k, token, tool-call and turn means, invalid/truncated rates."
     if not episodes: raise ValueError("no episodes to summarize")
     by_task: dict[str, list[Episode]] = defaultdict(list)
     for e in episodes: by_task[e.task_id].append(e)
     n = min(len(v) for v in by_task.values())
     m: dict[str, Any] = {"n_episodes": len(episodes), "n_tasks": len(by_task), "n_samples": n}
-    ok = sum(is_correct(e) for e in episodes)
-    m["accuracy"], m["accuracy_ci95"] = ok / len(episodes), list(wilson_interval(ok, len(episodes)))
+    ok = [is_correct(e) for e in episodes]
+    acc = accuracy_of(ok)
+    m["accuracy"], m["accuracy_ci95"] = acc["accuracy"], acc["accuracy_ci95"]
     m["mean_reward"] = _mean(e.reward for e in episodes)
-    kinds: dict[str, list[Episode]] = defaultdict(list)
-    for e in episodes: kinds[e.kind].append(e)
-    m["by_kind"] = {kd: {"n": len(es), "accuracy": sum(map(is_correct, es)) / len(es),
-                         "accuracy_ci95": list(wilson_interval(sum(map(is_correct, es)), len(es)))} for kd, es in sorted(kinds.items())}
+    m["by_kind"] = accuracy_by_kind([e.kind for e in episodes], ok)
     for kk in k:
         if kk > n: raise ValueError(f"pass@{kk} needs at least {kk} samples per task; got {n}")
         m[f"avg@{kk}"] = _mean(sum(map(is_correct, es)) / len(es) for es in by_task.values())
@@ -77,8 +97,8 @@ def summarize(episodes: list[Episode], k: Sequence[int] = (1,)) -> dict:
     return m
 
 # %% ../nbs/08c_evaluate.ipynb #d2970f04
-def records_dataset(episodes: list[Episode], tasks: Sequence[dict] | None = None):
-    "One `Dataset` row per episode (+ question and gold answer when `tasks` are given)."
+def records_dataset(episodes: list[Episode], tasks: Sequence[dict] | None = None, wall_s: float | None = None):
+    "One `Dataset` row per episode (+ question and gold answer when `tasks` are given), its `outcome` with `wall_s` (None: the episode's own clock)."
     from datasets import Dataset, Features, Sequence as Seq, Value
     by_id = {str(t.get("id", "")): t for t in tasks} if tasks is not None else {}
     rows = []
@@ -87,7 +107,8 @@ def records_dataset(episodes: list[Episode], tasks: Sequence[dict] | None = None
         t = by_id.get(e.task_id, {})
         gold = t.get("answer")
         r.update(question=str(t.get("question", "")), gold=gold if isinstance(gold, str) or gold is None else json.dumps(gold),
-                 correct=is_correct(e), logprobs=r["logprobs"] or [], has_logprobs=r["logprobs"] is not None)
+                 correct=is_correct(e), logprobs=r["logprobs"] or [], has_logprobs=r["logprobs"] is not None,
+                 outcome=asdict(e.outcome(e.wall_time if wall_s is None else wall_s)))
         rows.append(r)
     ints = ("sample", "prompt_tokens", "generated_tokens", "observation_tokens", "processed_tokens", "processed_tokens_cached",
             "processed_tokens_naive", "n_tool_calls", "turns")
@@ -95,27 +116,26 @@ def records_dataset(episodes: list[Episode], tasks: Sequence[dict] | None = None
     feats = {**{f: Value("int64") for f in ints}, **{f: Value("string") for f in strs},
              "token_ids": Seq(Value("int32")), "env_mask": Seq(Value("int8")), "logprobs": Seq(Value("float32")),
              "problems": Seq(Value("string")), "valid": Value("bool"), "correct": Value("bool"), "has_logprobs": Value("bool"),
-             "wall_time": Value("float64"), "reward": Value("float64")}
+             "wall_time": Value("float64"), "reward": Value("float64"), "outcome": OUTCOME_FEATURES}
     return Dataset.from_list(rows, features=Features(feats))
 
 # %% ../nbs/08c_evaluate.ipynb #959d06c2
 def evaluate(policy, dataset, toolbox=None, fmt: TagSet | str = COA, n: int = 1, k: Sequence[int] = (1,),
-             run_dir: str | Path | None = None, name: str = "eval", max_turns: int = 8, max_new_tokens: int = TURN_TOKENS,
-             max_total_tokens: int = 2048, temperature: float = 0.0, seed: int | None = None, batch_size: int = 32,
+             run_dir: str | Path | None = None, name: str = "eval", limits: Limits = Limits(), temperature: float = 0.0,
+             seed: int | None = None, batch_size: int = 32,
              reward_fn: Callable[[dict, str | None], float] | None = None, progress: bool = True) -> tuple[dict, Any]:
     "Roll out `n` episodes per task of `dataset`; (metrics, records Dataset), both saved under `run_dir/name` if given."
     tasks = [dict(t) for t in ([dataset] if isinstance(dataset, dict) else dataset)]
     if n > 1 and temperature <= 0: raise ValueError(f"n={n} samples per task need temperature > 0 (greedy gives n copies)")
     t0 = time.perf_counter()
-    episodes = rollout(policy, tasks, toolbox=toolbox, fmt=fmt, n=n, max_turns=max_turns, max_new_tokens=max_new_tokens,
-                       max_total_tokens=max_total_tokens, temperature=temperature, seed=seed, batch_size=batch_size,
+    episodes = rollout(policy, tasks, toolbox=toolbox, fmt=fmt, n=n, limits=limits, temperature=temperature, seed=seed, batch_size=batch_size,
                        reward_fn=reward_fn, progress=progress)
     wall = time.perf_counter() - t0
-    metrics = {"name": name, "format": as_tagset(fmt).name, **summarize(episodes, k)}
+    metrics = {"name": name, "format": as_tagset(fmt).name, **summarize_episodes(episodes, k)}
     metrics.update(wall_time_s=wall, generated_tokens_per_s=metrics["generated_tokens"] / wall if wall > 0 else 0.0)
-    records = records_dataset(episodes, tasks)
+    records = records_dataset(episodes, tasks, wall / max(1, len(episodes)))   # a batched evaluation: each episode its share
     if run_dir is not None:
-        out = resolve_run_dir(run_dir) / name
+        out = Path(run_dir).expanduser() / name                        # the caller's run dir (the stages know it)
         save_dataset(records, out / "records")
         atomic_write_json(out / "metrics.json", metrics)
     return metrics, records
@@ -146,18 +166,13 @@ def eval_tasks(tasks: Dataset, n_per_kind: int, kinds: Sequence[str] = TASK_KIND
 def teacher_metrics(traces: Dataset, task_ids: Sequence[str]) -> dict:
     "Accuracy (Wilson CI) overall and by kind, tokens and tool calls per task of the teacher on `task_ids`."
     ids = set(task_ids)
-    rows = [r for r in traces.select_columns(["id", "kind", "reward", "prompt_tokens", "completion_tokens", "n_tool_calls", "n_calls"]) if r["id"] in ids]
-    if len(rows) != len(ids): raise ValueError(f"teacher traces cover {len(rows)} of {len(ids)} evaluation tasks")
-    ok = lambda rs: sum(r["reward"] >= 1.0 - 1e-9 for r in rs)
-    mean = lambda f: sum(f(r) for r in rows) / len(rows)
-    kinds = sorted({r["kind"] for r in rows})
-    return {"name": "teacher_mas", "format": "mas", "n_tasks": len(rows), "accuracy": ok(rows) / len(rows),
-            "accuracy_ci95": list(wilson_interval(ok(rows), len(rows))),
-            "by_kind": {k: {"n": len(rs), "accuracy": ok(rs) / len(rs), "accuracy_ci95": list(wilson_interval(ok(rs), len(rs)))}
-                        for k in kinds for rs in [[r for r in rows if r["kind"] == k]]},
-            "mean_processed_tokens": mean(lambda r: r["prompt_tokens"] + r["completion_tokens"]),
-            "mean_generated_tokens": mean(lambda r: r["completion_tokens"]), "mean_tool_calls": mean(lambda r: r["n_tool_calls"]),
-            "mean_turns": mean(lambda r: r["n_calls"]), "invalid_rate": 0.0}
+    if "outcome" not in traces.column_names: raise ValueError("teacher traces: no outcome column (written by an older version: build them again)")
+    outs = [o for o in outcomes_of(traces.select_columns(["outcome"]), "teacher traces") if o.task_id in ids]
+    if len(outs) != len(ids): raise ValueError(f"teacher traces cover {len(outs)} of {len(ids)} evaluation tasks")
+    s = summarize(outs)
+    return {"name": "teacher_mas", "format": "mas", "n_tasks": s["n"], "accuracy": s["accuracy"], "accuracy_ci95": s["accuracy_ci95"],
+            "by_kind": s["by_kind"], "mean_processed_tokens": s["tokens"], "mean_generated_tokens": s["generated_tokens"],
+            "mean_tool_calls": s["tool_calls"], "mean_turns": s["turns"], "invalid_rate": 0.0}
 
 def results_table(metrics: dict[str, dict]):
     "One row per system: accuracy [95% CI], accuracy by kind, tokens per task, tool calls, turns, invalid rate."

@@ -346,8 +346,8 @@ def plot_planner_comparison(metrics: dict[str, dict], path) -> Path:
     wdt = 0.8 / len(names)
     for j, name in enumerate(names):
         acc = [100 * metrics[name]["by_category"][c]["accuracy"] for c in cats]
-        lo = [a - 100 * metrics[name]["by_category"][c]["ci95"][0] for a, c in zip(acc, cats)]
-        hi = [100 * metrics[name]["by_category"][c]["ci95"][1] - a for a, c in zip(acc, cats)]
+        lo = [a - 100 * metrics[name]["by_category"][c]["accuracy_ci95"][0] for a, c in zip(acc, cats)]
+        hi = [100 * metrics[name]["by_category"][c]["accuracy_ci95"][1] - a for a, c in zip(acc, cats)]
         ax.bar(np.arange(len(cats)) + j * wdt, acc, wdt, yerr=[lo, hi], capsize=3, label=name)
     ax.set_xticks(np.arange(len(cats)) + wdt * (len(names) - 1) / 2, cats); ax.set_ylabel("accuracy % (95% CI)"); ax.legend(fontsize=8)
     return _save(plt, fig, path)

@@ -13,7 +13,8 @@ from .agentflow import AgentFlowConfig, FlowLimits, ModelPlanner, flow_metrics, 
 from .scripted_flow import scripted_modules
 from .benchmarks import game24_real
 from .cli import Command, recorded, run_stage_command, stage_parser
-from .core import atomic_dir, atomic_write_json, close_process_group, config_json, read_json, resolve_run_dir, stable_hash
+from .core import accuracy_text, pct, atomic_dir, atomic_write_json, close_process_group, config_json, read_json, stable_hash
+from .run import as_run, run_dir_of
 from .evaluate import eval_tasks
 from .flow_grpo import (FlowGRPOConfig, default_modules, model_fingerprint, plot_planner_comparison, plot_tool_usage,
                                plot_turn_budget, train_flow_grpo)
@@ -24,15 +25,16 @@ from .tokenizer import load_tokenizer
 
 # %% auto #0
 __all__ = ['FLOW_RECORD_FIELDS', 'LABELS', 'FLOW_COMMANDS', 'agentflow_tasks', 'load_planner', 'planner_warm_start', 'flow_eval',
-           'agentflow_evaluation', 'flow_grpo_pool', 'flow_grpo_planner', 'offline_sft_planner', 'flow_grpo_ablations',
+           'run_agentflow_stage', 'flow_grpo_pool', 'flow_grpo_planner', 'offline_sft_planner', 'flow_grpo_ablations',
            'agentflow_report', 'flow_grpo_report', 'main']
 
 # %% ../nbs/14b_flow_stages.ipynb #d4be68a6
-def _af_dir(run_dir) -> Path: return resolve_run_dir(run_dir) / "agentflow"
+def _af_dir(run_dir) -> Path: return run_dir_of(run_dir) / "agentflow"
 
 def agentflow_tasks(run_dir, cfg: AgentFlowConfig, split: str, per_kind: int) -> list[dict]:
     "`per_kind` tasks of each AgentFlow kind from the run's `split` (the training split in a seeded order; test as `09_sft` takes it)."
-    ds = build_task_splits(run_dir, TaskConfig.for_profile(cfg.profile))[split]
+    run = as_run(run_dir, cfg.profile)
+    ds = build_task_splits(run.dir, run.tasks)[split]
     return eval_tasks(ds.shuffle(seed=cfg.seed) if split == "train" else ds, per_kind, cfg.kinds)
 
 def load_planner(path, batch_size: int = 64) -> ModelPlanner:
@@ -62,11 +64,12 @@ def planner_warm_start(run_dir, cfg: AgentFlowConfig) -> Path:
     return path
 
 # %% ../nbs/14b_flow_stages.ipynb #f8509f42
-FLOW_RECORD_FIELDS = ("id", "kind", "reward", "answer", "turns", "stopped", "tools", "errors", "tokens", "calls", "tool_calls", "wall_s")
+FLOW_RECORD_FIELDS = ("id", "kind", "reward", "answer", "turns", "stopped", "tools", "errors", "tokens", "calls", "tool_calls", "wall_s",
+                      "outcome")
 
 def _compact(r) -> dict:
     "The per-task record an evaluation keeps: the fields `FLOW_RECORD_FIELDS` (part of the cache key) of a `FlowRecord`."
-    derived = {"tools": [s["tool"] for s in r.memory], "errors": [is_tool_error(s) for s in r.memory]}
+    derived = {"tools": [s["tool"] for s in r.memory], "errors": [is_tool_error(s) for s in r.memory], "outcome": asdict(r.outcome())}
     return {f: derived[f] if f in derived else getattr(r, f) for f in FLOW_RECORD_FIELDS}
 
 def flow_eval(run_dir, name: str, planner, tasks: Sequence[dict], cfg: AgentFlowConfig, max_turns: int | None = None) -> dict:
@@ -85,14 +88,14 @@ def flow_eval(run_dir, name: str, planner, tasks: Sequence[dict], cfg: AgentFlow
     return metrics
 
 # %% ../nbs/14b_flow_stages.ipynb #baf6703f
-def agentflow_evaluation(run_dir, cfg: AgentFlowConfig) -> dict:
-    "The system on the test tasks with the teacher planner and with the warm-start planner; `run_dir/agentflow_results.json`."
-    rd = resolve_run_dir(run_dir)
-    test, warm = agentflow_tasks(rd, cfg, "test", cfg.n_test), planner_warm_start(rd, cfg)
-    metrics = {"teacher_planner": flow_eval(rd, "teacher_planner", None, test, cfg), "warm_start": flow_eval(rd, "warm_start", warm, test, cfg)}
+def run_agentflow_stage(run_dir, cfg: AgentFlowConfig) -> dict:
+    "The AgentFlow stage: the warm-start planner (found or trained), then the system on test with the teacher planner and with it; `agentflow_results.json`."
+    run = as_run(run_dir, cfg.profile)                                   # one Run for every stage below
+    test, warm = agentflow_tasks(run, cfg, "test", cfg.n_test), planner_warm_start(run, cfg)
+    metrics = {"teacher_planner": flow_eval(run, "teacher_planner", None, test, cfg), "warm_start": flow_eval(run, "warm_start", warm, test, cfg)}
     out = {"profile": cfg.profile, "config": asdict(cfg), "n_test_tasks": len(test), "metrics": metrics,
-           "teacher_flows": read_json(_af_dir(rd) / "teacher_flows.json"), "warm_start": read_json(warm / "sft_done.json")}
-    atomic_write_json(rd / "agentflow_results.json", out)
+           "teacher_flows": read_json(_af_dir(run) / "teacher_flows.json"), "warm_start": read_json(warm / "sft_done.json")}
+    atomic_write_json(run.dir / "agentflow_results.json", out)
     return out
 
 # %% ../nbs/14b_flow_stages.ipynb #7105b59b
@@ -136,44 +139,41 @@ def offline_sft_planner(run_dir, acfg: AgentFlowConfig, gcfg: FlowGRPOConfig) ->
 # %% ../nbs/14b_flow_stages.ipynb #03a178d3
 def flow_grpo_ablations(run_dir, acfg: AgentFlowConfig, gcfg: FlowGRPOConfig) -> dict:
     "Warm start vs Flow-GRPO vs offline SFT on test, the turn budget, tool use, tool errors, GameOf24; `run_dir/flow_grpo_results.json` + figures."
-    rd = resolve_run_dir(run_dir)
-    test = agentflow_tasks(rd, acfg, "test", acfg.n_test)
-    paths = {"warm_start": planner_warm_start(rd, acfg), "flow_grpo": flow_grpo_planner(rd, acfg, gcfg),
-             "offline_sft": offline_sft_planner(rd, acfg, gcfg)}
-    planners = {n: flow_eval(rd, n, p, test, acfg) for n, p in paths.items()}
-    budgets = {str(t): planners["flow_grpo"] if t == acfg.max_turns else flow_eval(rd, f"flow_grpo_T{t}", paths["flow_grpo"], test, acfg, t)
+    run = as_run(run_dir, acfg.profile)                                  # one Run for every stage below
+    test = agentflow_tasks(run, acfg, "test", acfg.n_test)
+    paths = {"warm_start": planner_warm_start(run, acfg), "flow_grpo": flow_grpo_planner(run, acfg, gcfg),
+             "offline_sft": offline_sft_planner(run, acfg, gcfg)}
+    planners = {n: flow_eval(run, n, p, test, acfg) for n, p in paths.items()}
+    budgets = {str(t): planners["flow_grpo"] if t == acfg.max_turns else flow_eval(run, f"flow_grpo_T{t}", paths["flow_grpo"], test, acfg, t)
                for t in gcfg.budgets}
     g24 = game24_real(gcfg.n_game24_real)
-    game24 = {n: flow_eval(rd, f"{n}_gameof24", paths[n], g24, acfg) for n in ("warm_start", "flow_grpo")}
-    fig = rd / "figures"
+    game24 = {n: flow_eval(run, f"{n}_gameof24", paths[n], g24, acfg) for n in ("warm_start", "flow_grpo")}
+    fig = run.dir / "figures"
     plot_planner_comparison(planners, fig / "flow_grpo_planners.png")
     plot_turn_budget({int(t): m for t, m in budgets.items()}, fig / "flow_grpo_turn_budget.png")
     plot_tool_usage(planners["warm_start"]["tool_share_by_kind"], planners["flow_grpo"]["tool_share_by_kind"], fig / "flow_grpo_tool_usage.png")
     fg = paths["flow_grpo"]
     out = {"profile": acfg.profile, "config": asdict(gcfg), "n_test_tasks": len(test), "planners": planners, "turn_budget": budgets,
            "gameof24": {"n": len(g24), "metrics": game24, "paper": 53.0}, "curves": read_json(fg / "flow_grpo_curves.json"),
-           "training": read_json(fg / "flow_grpo_done.json"), "offline_sft": read_json(_af_dir(rd) / "offline_sft_rows.json")}
-    atomic_write_json(rd / "flow_grpo_results.json", out)
+           "training": read_json(fg / "flow_grpo_done.json"), "offline_sft": read_json(_af_dir(run) / "offline_sft_rows.json")}
+    atomic_write_json(run.dir / "flow_grpo_results.json", out)
     return out
 
 # %% ../nbs/14b_flow_stages.ipynb #5626cfbb
-def _pct(x: float) -> str: return f"{100 * x:.1f}"
-def _ci(m: dict) -> str: return f"{_pct(m['accuracy'])} [{_pct(m['ci95'][0])}, {_pct(m['ci95'][1])}]"
-
 def _system_rows(metrics: dict[str, dict], labels: dict[str, str]) -> list[str]:
     cats = [c for c in ("search", "agentic", "math") if all(c in m["by_category"] for m in metrics.values())]
     out = ["| planner | " + " | ".join(cats) + " | mean of categories | all | turns | tool calls | tool errors % | planner tokens (prompt / generated) |",
            "|---|" + "---|" * len(cats) + "---:|---|---:|---:|---:|---:|"]
     for n, m in metrics.items():
         pt, gt = m["tokens"]["planner"]
-        out.append(f"| {labels.get(n, n)} | " + " | ".join(_ci(m["by_category"][c]) for c in cats) +
-                   f" | {_pct(m['category_mean'])} | {_ci(m)} | {m['turns']:.2f} | {m['tool_calls']:.2f} | {_pct(m['tool_error_rate'])} | {pt:,.0f} / {gt:,.0f} |")
+        out.append(f"| {labels.get(n, n)} | " + " | ".join(accuracy_text(m["by_category"][c]) for c in cats) +
+                   f" | {pct(m['category_mean'])} | {accuracy_text(m)} | {m['turns']:.2f} | {m['tool_calls']:.2f} | {pct(m['tool_error_rate'])} | {pt:,.0f} / {gt:,.0f} |")
     return out
 
 def _kind_rows(metrics: dict[str, dict], labels: dict[str, str]) -> list[str]:
     kinds = list(next(iter(metrics.values()))["by_kind"])
     out = ["| kind | " + " | ".join(labels.get(n, n) for n in metrics) + " |", "|---|" + "---|" * len(metrics)]
-    out += [f"| {k} | " + " | ".join(_ci(m["by_kind"][k]) for m in metrics.values()) + " |" for k in kinds]
+    out += [f"| {k} | " + " | ".join(accuracy_text(m["by_kind"][k]) for m in metrics.values()) + " |" for k in kinds]
     return out
 
 # %% ../nbs/14b_flow_stages.ipynb #f3e16496
@@ -186,7 +186,7 @@ def agentflow_report(run_dir) -> str:
     out = [f"#### AgentFlow on the test split ({res['n_test_tasks']} tasks; accuracy in % [95% CI])", "",
            *_system_rows(res["metrics"], LABELS), "", *_kind_rows(res["metrics"], LABELS), "",
            f"Warm start: {ws['global_step']} SFT steps ({ws['wall_s'] / 60:.1f} min) on {tf['rows']} planner turns of the "
-           f"{_pct(tf['metrics']['accuracy'])}% of {tf['tasks']} training tasks the teacher planner solved."]
+           f"{pct(tf['metrics']['accuracy'])}% of {tf['tasks']} training tasks the teacher planner solved."]
     return "\n".join(out) + "\n"
 
 # %% ../nbs/14b_flow_stages.ipynb #680b4937
@@ -207,11 +207,11 @@ def flow_grpo_report(run_dir) -> str:
             "| T_max | all | easy | hard | turns (easy) | turns (hard) |", "|---:|---|---|---|---:|---:|"]
     for t in sorted(B, key=int):
         e, h = B[t]["by_difficulty"]["easy"], B[t]["by_difficulty"]["hard"]
-        out.append(f"| {t} | {_ci(B[t])} | {_ci(e)} | {_ci(h)} | {e['turns']:.2f} | {h['turns']:.2f} |")
+        out.append(f"| {t} | {accuracy_text(B[t])} | {accuracy_text(e)} | {accuracy_text(h)} | {e['turns']:.2f} | {h['turns']:.2f} |")
     tools = sorted({t for n in ("warm_start", "flow_grpo") for t in P[n]["tool_share"]})
     out += ["", "#### Tool use (share of planner turns on test) and tool-call errors", "",
             "| planner | " + " | ".join(tools) + " | error rate |", "|---|" + "---:|" * (len(tools) + 1)]
-    out += [f"| {LABELS[n]} | " + " | ".join(_pct(P[n]["tool_share"].get(t, 0)) for t in tools) + f" | {_pct(P[n]['tool_error_rate'])} |"
+    out += [f"| {LABELS[n]} | " + " | ".join(pct(P[n]["tool_share"].get(t, 0)) for t in tools) + f" | {pct(P[n]['tool_error_rate'])} |"
             for n in ("warm_start", "flow_grpo", "offline_sft")]
     c = res["curves"]
     third = max(1, len(c) // 3)
@@ -219,8 +219,8 @@ def flow_grpo_report(run_dir) -> str:
     out += ["", f"Over training (first → last third of {len(c)} rollout batches): sampled reward {avg(c[:third], 'reward'):.3f} → "
             f"{avg(c[-third:], 'reward'):.3f}; tool-call error rate {avg(c[:third], 'tool_error_rate'):.3f} → {avg(c[-third:], 'tool_error_rate'):.3f}."]
     g = res["gameof24"]
-    out += ["", f"AgentFlow's GameOf24 file (first {g['n']} hands): warm start {_ci(g['metrics']['warm_start'])}, "
-            f"Flow-GRPO {_ci(g['metrics']['flow_grpo'])} (AgentFlow-7B: {g['paper']}; here the executor's Python is the teacher's exhaustive solver)."]
+    out += ["", f"AgentFlow's GameOf24 file (first {g['n']} hands): warm start {accuracy_text(g['metrics']['warm_start'])}, "
+            f"Flow-GRPO {accuracy_text(g['metrics']['flow_grpo'])} (AgentFlow-7B: {g['paper']}; here the executor's Python is the teacher's exhaustive solver)."]
     return "\n".join(out) + "\n"
 
 # %% ../nbs/14b_flow_stages.ipynb #00ff25d2
@@ -249,7 +249,7 @@ FLOW_COMMANDS = {c.name: c for c in (
             lambda rd, a: [rd / "agentflow" / "planner_warm", rd / "agentflow" / "teacher_flows.json"], needs=lambda a: [["train-student", "--student", "coa"]]),
     Command("eval-agentflow", "the system with the teacher planner and with the warm start on the test tasks: agentflow_results.json",
             "eval-agentflow --run-dir runs/smoke",
-            lambda rd, a: _accuracies(agentflow_evaluation(rd, _cfgs(a)[0])["metrics"], rd / "agentflow_results.json"),
+            lambda rd, a: _accuracies(run_agentflow_stage(rd, _cfgs(a)[0])["metrics"], rd / "agentflow_results.json"),
             lambda rd, a: _results_of(rd / "agentflow_results.json", "warm_start", rd / "agentflow" / "planner_warm" / "sft_done.json"),
             lambda rd, a: [rd / "agentflow_results.json"], needs=lambda a: [["warm-start"]]),
     Command("train-flow-grpo", "Flow-GRPO: the planner trained in the flow from the warm start, into agentflow/planner_flow_grpo",

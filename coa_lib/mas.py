@@ -15,7 +15,7 @@ from fastcore.basics import patch
 from datasets import Dataset
 from tqdm.auto import tqdm
 
-from .core import atomic_write_text, resolve_run_dir, stable_hash
+from .core import Outcome, atomic_write_text, check_profile, full_reward, stable_hash, temp_dir
 from .format import close_tag, extract_answer, find_tool_call, format_observation, open_tag, tag_content
 from .llm import Backend
 from .rewards import score
@@ -26,8 +26,8 @@ from .tools import ToolBox
 __all__ = ['RATINGS', 'CRITERIA', 'REPORT_CLOSE', 'ROLE_SPECS', 'MAIN_THREAD_SCORED', 'TRACE_COLUMNS', 'Role', 'RoleSpec',
            'render_prompt', 'Step', 'render_context', 'render_instruction', 'parse_report', 'parse_plan',
            'parse_json_object', 'parse_review', 'parse_verdict', 'AgentCall', 'MASLimits', 'finish_trace', 'MAS',
-           'trace_record', 'trace_calls', 'show_trace', 'DeadTools', 'rows_to_dataset', 'run_teacher',
-           'teacher_summary', 'plot_teacher_cost']
+           'trace_record', 'trace_outcome', 'trace_calls', 'show_trace', 'DeadTools', 'rows_to_dataset', 'run_teacher',
+           'MistakeKnobs', 'TeacherConfig', 'teacher_summary', 'plot_teacher_cost']
 
 # %% ../nbs/05_teacher_mas.ipynb #99c8f623
 class Role(str, Enum):
@@ -302,6 +302,12 @@ def trace_record(task: dict, calls: list[AgentCall], answer: str | None, reward:
             "prompt_tokens": sum(c.prompt_tokens for c in calls), "completion_tokens": sum(c.completion_tokens for c in calls),
             "seconds": round(seconds, 4), "calls": json.dumps([asdict(c) for c in calls], ensure_ascii=False)}
 
+def trace_outcome(trace: dict) -> Outcome:
+    "A scored trace row as an `Outcome`: every role's call is a prompt of its own (billed whole; no KV cache across roles)."
+    p, calls = float(trace["prompt_tokens"]), float(trace["n_calls"])
+    return Outcome(trace["id"], trace["kind"], full_reward(trace["reward"]), float(trace["reward"]), p, p, float(trace["completion_tokens"]),
+                   float(trace["n_tool_calls"]), calls, calls, float(trace["seconds"]))
+
 def trace_calls(trace: dict) -> list[dict]:
     "The agent calls of a trace row, as dicts (the row stores them as JSON)."
     calls = trace["calls"]
@@ -341,8 +347,8 @@ def _read_shard(path: Path) -> list[dict]:
     return rows
 
 def rows_to_dataset(rows: list[dict]) -> Dataset:
-    "Trace rows -> a Dataset with the trace columns (also when empty)."
-    return Dataset.from_dict({c: [r[c] for r in rows] for c in TRACE_COLUMNS})
+    "Scored trace rows -> a Dataset with the trace columns and each row's `outcome` (also when empty)."
+    return Dataset.from_dict({**{c: [r[c] for r in rows] for c in TRACE_COLUMNS}, "outcome": [asdict(trace_outcome(r)) for r in rows]})
 
 def run_teacher(tasks, backend: Backend, tokenizer=None, *, limits: MASLimits = MASLimits(), run_dir=None, name: str = "teacher_traces", workers: int = 2,
                 shard_size: int = 256, progress: bool = True, toolbox_fn: Callable | None = None,
@@ -350,7 +356,7 @@ def run_teacher(tasks, backend: Backend, tokenizer=None, *, limits: MASLimits = 
     "Traces of the teacher MAS (every role played by `backend`) on `tasks`, in resumable shards."
     tasks = tasks.to_list() if isinstance(tasks, Dataset) else [dict(t) for t in tasks]
     mas = MAS(backend, TokenCounter(tokenizer), limits, toolbox_fn)
-    root = resolve_run_dir(run_dir) / f"{name}.shards"
+    root = (Path(run_dir).expanduser() if run_dir is not None else temp_dir("coa-teacher-")) / f"{name}.shards"
     root.mkdir(parents=True, exist_ok=True)
     shards = [tasks[i:i + shard_size] for i in range(0, len(tasks), shard_size)]
     paths = [_shard_path(root, i, [t["id"] for t in s]) for i, s in enumerate(shards)]
@@ -366,6 +372,41 @@ def run_teacher(tasks, backend: Backend, tokenizer=None, *, limits: MASLimits = 
             if on_shard is not None: on_shard(i)
     bar.close()
     return rows_to_dataset([r for p in paths for r in _read_shard(p)])
+
+# %% ../nbs/05_teacher_mas.ipynb #cb8777c0
+@dataclass(frozen=True)
+class MistakeKnobs:
+    "Error rates of a scripted teacher team (the table of `05a_scripted_teacher`); an LLM team makes its own mistakes."
+    vague_query_p: float = 0.05
+    misread_p: float = 0.06
+    arithmetic_slip_p: float = 0.08
+    skip_check_p: float = 0.1
+    critic_detect_p: float = 0.8
+    retry_scale: float = 0.25
+
+    @classmethod
+    def perfect(cls) -> MistakeKnobs:
+        "A teacher that never errs (and never skips a check)."
+        return cls(0.0, 0.0, 0.0, 0.0, 1.0, 0.0)
+
+@dataclass
+class TeacherConfig:
+    "Sizes and settings of the teacher stage: who plays the team, its limits, how many tasks in flight."
+    profile: str = "smoke"
+    knobs: MistakeKnobs = field(default_factory=MistakeKnobs)
+    limits: MASLimits = field(default_factory=MASLimits)
+    workers: int = 2
+    shard_size: int = 64
+    eval_splits: tuple[str, ...] = ("dev", "test")
+    seed: int = 0
+    endpoint: str | None = None     # an OpenAI-compatible base URL (vLLM, SGLang, coa_lib.serve) whose model plays the team
+    endpoint_model: str = ""        # the model name the endpoint serves; with no endpoint, the scripted teacher plays
+
+    @classmethod
+    def for_profile(cls, profile: str) -> TeacherConfig:
+        "Smoke: the smoke task splits (a few dozen tasks); full: every full training task (~20,000), larger shards."
+        check_profile(profile)
+        return cls(profile=profile, shard_size=64 if profile == "smoke" else 512, workers=2 if profile == "smoke" else 4)
 
 # %% ../nbs/05_teacher_mas.ipynb #7dcd30cc
 def teacher_summary(traces: Dataset):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .core import atomic_write_text, read_json
+from .core import atomic_write_text, pct, read_json
 
 # %% auto #0
 __all__ = ['SEEDS_FILE', 'CLAIMS', 'VERDICT_WORDS', 'VERSIONED', 'PLUMBING_PROFILES', 'RESULTS_BEGIN', 'RESULTS_END', 'Claim',
@@ -39,7 +39,6 @@ def verdict(holds: bool | None, undecided: bool = False) -> str:
     if undecided: return "undecided"
     return "n/a" if holds is None else ("yes" if holds else "no")
 
-def _pct(x: float) -> str: return f"{100 * x:.1f}"
 def _pts(x: float) -> str: return f"{100 * x:+.1f} points"
 
 # %% ../nbs/14c_report.ipynb #9fe16cd2
@@ -60,13 +59,13 @@ def afm_accuracy_claim(rd: Path) -> Claim:
     e = read_json(rd / "efficiency_results.json"); s, ref = e["systems"][e["single_model"]], e["systems"][e["reference"]]
     ratio = s["accuracy"] / ref["accuracy"] if ref["accuracy"] else 0.0
     return Claim("AFM", "… while nearly matching the MAS's accuracy", "nearly matches (GAIA 55.3 pass@1, AFM-RL-32B)",
-                 f"{_pct(s['accuracy'])}% vs {_pct(ref['accuracy'])}% ({ratio:.2f}×)", "accuracy ≥ 0.8× the MAS's", ratio >= 0.8,
+                 f"{pct(s['accuracy'])}% vs {pct(ref['accuracy'])}% ({ratio:.2f}×)", "accuracy ≥ 0.8× the MAS's", ratio >= 0.8,
                  "efficiency_results.json")
 
 def afm_rl_claim(rd: Path) -> Claim:
     m = read_json(rd / "rl_results.json")["metrics"]; d = m["coa_rl"]["accuracy"] - m["coa_sft"]["accuracy"]
-    return Claim("AFM", "agentic RL improves the SFT model", "+10 points (AIME25)", f"{_pts(d)} ({_pct(m['coa_sft']['accuracy'])} → "
-                 f"{_pct(m['coa_rl']['accuracy'])}%, test)", "RL − SFT > 0", d > 0, "rl_results.json")
+    return Claim("AFM", "agentic RL improves the SFT model", "+10 points (AIME25)", f"{_pts(d)} ({pct(m['coa_sft']['accuracy'])} → "
+                 f"{pct(m['coa_rl']['accuracy'])}%, test)", "RL − SFT > 0", d > 0, "rl_results.json")
 
 SEEDS_FILE = "student_seeds.json"   # written by bench/student_seeds.py: the students at several seeds, paired comparisons
 
@@ -74,7 +73,7 @@ def student_comparison(rd: Path, a: str, b: str) -> tuple[dict, str, str]:
     "(paired comparison of SFT students `a` − `b` on the same test tasks, what it averages over, its source): over seeds when the run has `student_seeds.json`, else over one run's test records."
     if (rd / SEEDS_FILE).exists():
         s = read_json(rd / SEEDS_FILE); st = s["students"]
-        over = f"mean of {len(s['seeds'])} seeds: {a} {_pct(st[a]['mean'])} ± {_pct(st[a]['sd'])}, {b} {_pct(st[b]['mean'])} ± {_pct(st[b]['sd'])}%"
+        over = f"mean of {len(s['seeds'])} seeds: {a} {pct(st[a]['mean'])} ± {pct(st[a]['sd'])}, {b} {pct(st[b]['mean'])} ± {pct(st[b]['sd'])}%"
         return s["comparisons"][f"{a}-{b}"], over, SEEDS_FILE
     from datasets import load_from_disk
     from coa_lib.evaluate import paired_records
@@ -83,7 +82,7 @@ def student_comparison(rd: Path, a: str, b: str) -> tuple[dict, str, str]:
     for path in paths:
         if not path.exists(): raise FileNotFoundError(2, "no evaluation records", str(path))   # errno 2: ENOENT
     c = paired_records(*(load_from_disk(str(path)) for path in paths))
-    return c, f"one run, one seed: {a} {_pct(c['mean_a'])}%, {b} {_pct(c['mean_b'])}%", f"{sft_eval_name(a)} + {sft_eval_name(b)}"
+    return c, f"one run, one seed: {a} {pct(c['mean_a'])}%, {b} {pct(c['mean_b'])}%", f"{sft_eval_name(a)} + {sft_eval_name(b)}"
 
 def _paired(c: dict) -> str:
     lo, hi = c["ci95"]
@@ -107,20 +106,20 @@ def af_flow_grpo_claim(rd: Path) -> Claim:
     p = read_json(rd / "flow_grpo_results.json")["planners"]; d = p["flow_grpo"]["category_mean"] - p["warm_start"]["category_mean"]
     return Claim("AgentFlow", "Flow-GRPO in the flow improves the planner",
                  "improves on the untrained planner; AgentFlow-7B +14.9 / +14.0 / +14.5 points over the best baselines (search / agentic / math)",
-                 f"{_pts(d)} (mean of categories, {_pct(p['warm_start']['category_mean'])} → {_pct(p['flow_grpo']['category_mean'])})",
+                 f"{_pts(d)} (mean of categories, {pct(p['warm_start']['category_mean'])} → {pct(p['flow_grpo']['category_mean'])})",
                  "Flow-GRPO − warm start > 0", d > 0, "flow_grpo_results.json")
 
 def af_offline_claim(rd: Path) -> Claim:
     p = read_json(rd / "flow_grpo_results.json")["planners"]; d = p["offline_sft"]["category_mean"] - p["flow_grpo"]["category_mean"]
     return Claim("AgentFlow", "offline SFT of the planner (same compute) is worse than Flow-GRPO", "−19% on average",
-                 f"{_pts(d)} (offline SFT {_pct(p['offline_sft']['category_mean'])}, Flow-GRPO {_pct(p['flow_grpo']['category_mean'])})",
+                 f"{_pts(d)} (offline SFT {pct(p['offline_sft']['category_mean'])}, Flow-GRPO {pct(p['flow_grpo']['category_mean'])})",
                  "offline SFT − Flow-GRPO < 0", d < 0, "flow_grpo_results.json")
 
 def af_budget_claim(rd: Path) -> Claim:
     b = read_json(rd / "flow_grpo_results.json")["turn_budget"]; ts = sorted(b, key=int); acc = [b[t]["accuracy"] for t in ts]
     rising = all(x <= y for x, y in zip(acc, acc[1:])) and acc[-1] > acc[0]
     return Claim("AgentFlow", "a larger turn budget T_max raises accuracy", "rises from T_max 3 to 10",
-                 " → ".join(f"{_pct(a)} (T={t})" for t, a in zip(ts, acc)), "never falls, and ends higher", rising, "flow_grpo_results.json")
+                 " → ".join(f"{pct(a)} (T={t})" for t, a in zip(ts, acc)), "never falls, and ends higher", rising, "flow_grpo_results.json")
 
 def af_tools_claim(rd: Path) -> Claim:
     from coa_lib.agentflow import INVALID_TOOL   # a planner turn that named no tool: not a tool choice
@@ -130,16 +129,16 @@ def af_tools_claim(rd: Path) -> Claim:
     head = ("AgentFlow", "Flow-GRPO shifts the planner's tool choice", "the tool mix changes with training")
     test = "some tool's share moves ≥ 10 points"
     if not tools:
-        return Claim(*head, f"no tool chosen: {INVALID_TOOL} turns {_pct(w.get(INVALID_TOOL, 0))} → {_pct(g.get(INVALID_TOOL, 0))}%", test,
+        return Claim(*head, f"no tool chosen: {INVALID_TOOL} turns {pct(w.get(INVALID_TOOL, 0))} → {pct(g.get(INVALID_TOOL, 0))}%", test,
                      None, "flow_grpo_results.json", "no planner turn named a tool, so there is no tool mix to compare")
     shift = {t: g.get(t, 0.0) - w.get(t, 0.0) for t in tools}
-    return Claim(*head, ", ".join(f"{t} {_pct(w.get(t, 0))} → {_pct(g.get(t, 0))}%" for t in tools), test,
+    return Claim(*head, ", ".join(f"{t} {pct(w.get(t, 0))} → {pct(g.get(t, 0))}%" for t in tools), test,
                  max(map(abs, shift.values())) >= 0.10, "flow_grpo_results.json")
 
 def af_game24_claim(rd: Path) -> Claim:
     g = read_json(rd / "flow_grpo_results.json")["gameof24"]
     return Claim("AgentFlow", "GameOf24 (AgentFlow's file)", f"{g['paper']:.1f}% (AgentFlow-7B)",
-                 f"{_pct(g['metrics']['flow_grpo']['accuracy'])}% (first {g['n']} hands)", "—", None, "flow_grpo_results.json",
+                 f"{pct(g['metrics']['flow_grpo']['accuracy'])}% (first {g['n']} hands)", "—", None, "flow_grpo_results.json",
                  "not comparable: here the executor's Python is the scripted teacher's exhaustive solver")
 
 CLAIMS: tuple[Callable[[Path], Claim], ...] = (afm_token_claim, afm_tool_claim, afm_accuracy_claim, afm_rl_claim, afm_format_claim,

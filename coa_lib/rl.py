@@ -14,7 +14,7 @@ import torch
 from datasets import Dataset
 
 from .core import QA_KINDS, atomic_write_json, check_profile, config_json, read_json
-from .episode import TURN_TOKENS, Episode
+from .episode import TURN_TOKENS, Episode, Limits
 from .evaluate import is_correct
 from .format import COA, TagSet
 from .prompts import agent_prompt, as_tagset
@@ -71,6 +71,9 @@ class RLConfig:
 
     @property
     def optimizer_steps(self) -> int: return self.rollout_batches * self.minibatches
+
+    @property
+    def limits(self) -> Limits: return Limits(self.max_turns, self.max_new_tokens, self.max_total_tokens)   # of every rollout
 
 # %% ../nbs/10_agentic_rl.ipynb #8d00696c
 def episode_reward(ep: Episode) -> float:
@@ -145,9 +148,8 @@ class CoARollout:
     def sample(self, model, tasks: list[dict], g: int) -> list[list[Episode]]:
         "G episodes for each task, at the config's temperature, grouped by task."
         c = self.cfg
-        eps = rollout((model, self.tokenizer), tasks, toolbox=self.toolbox, fmt=self.fmt, n=g, temperature=c.temperature, max_turns=c.max_turns,
-                      max_new_tokens=c.max_new_tokens, max_total_tokens=c.max_total_tokens, reward_fn=self.reward_fn,
-                      seed=c.seed * 1_000_003 + self.calls, batch_size=max(32, g * len(tasks)), progress=False)
+        eps = rollout((model, self.tokenizer), tasks, toolbox=self.toolbox, fmt=self.fmt, n=g, temperature=c.temperature, reward_fn=self.reward_fn,
+                      seed=c.seed * 1_000_003 + self.calls, batch_size=max(32, g * len(tasks)), progress=False, limits=c.limits)
         self.calls += 1
         return [eps[i * g:(i + 1) * g] for i in range(len(tasks))]
 
@@ -223,8 +225,7 @@ def dev_callback(tasks: list[dict], tokenizer, cfg: RLConfig, fmt: TagSet | str,
         def evaluate(self, model, step: int) -> dict:
             was = model.training; model.eval()
             try:
-                eps = rollout((model, tokenizer), tasks, toolbox=toolbox, fmt=fmt, max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens,
-                              max_total_tokens=cfg.max_total_tokens, reward_fn=reward_fn, progress=False)
+                eps = rollout((model, tokenizer), tasks, toolbox=toolbox, fmt=fmt, reward_fn=reward_fn, progress=False, limits=cfg.limits)
             finally: model.train(was)
             row = {"step": step, "dev_accuracy": sum(map(is_correct, eps)) / len(eps),   # the evaluation harness's rule
                    "dev_invalid": sum(not e.valid for e in eps) / len(eps)}
@@ -367,9 +368,8 @@ def plot_rl_curves(curves: dict, path) -> Path:
 def pass_rates(policy, tasks: Sequence[dict], k: int, cfg: RLConfig, fmt: TagSet | str = COA, reward_fn=None, seed: int = 0,
                toolbox=None) -> list[dict]:
     "Each task's pass rate over `k` sampled episodes (temperature `cfg.temperature`): rows {id, kind, passes, k, rate}."
-    eps = rollout(policy, list(tasks), toolbox=toolbox, fmt=fmt, n=k, temperature=cfg.temperature, max_turns=cfg.max_turns,
-                  max_new_tokens=cfg.max_new_tokens, max_total_tokens=cfg.max_total_tokens, reward_fn=reward_fn, seed=seed,
-                  batch_size=64, progress=False)
+    eps = rollout(policy, list(tasks), toolbox=toolbox, fmt=fmt, n=k, temperature=cfg.temperature, reward_fn=reward_fn, seed=seed,
+                  batch_size=64, progress=False, limits=cfg.limits)
     rows = []
     for i, t in enumerate(tasks):
         passes = sum(episode_reward(e) >= 1.0 for e in eps[i * k:(i + 1) * k])

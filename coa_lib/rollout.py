@@ -6,7 +6,7 @@
 from __future__ import annotations
 from collections import defaultdict, deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from fastcore.basics import patch
 import torch
@@ -17,7 +17,8 @@ from .format import COA, STOP_STRINGS, TagSet, TurnEnd
 from .prompts import agent_prompt, as_tagset, has_chat_template
 
 # %% auto #0
-__all__ = ['KVBatch', 'eos_ids_of', 'pad_id', 'sample_next', 'encode_prompt', 'naive_rollout', 'rollout']
+__all__ = ['KVBatch', 'eos_ids_of', 'pad_id', 'sample_next', 'encode_prompt', 'Generation', 'kv_generate', 'naive_rollout',
+           'rollout']
 
 # %% ../nbs/08_rollout.ipynb #84766521
 def _tokenizer_of(policy):
@@ -321,6 +322,43 @@ def _rollout_kv(model, tokenizer, runs: list[EpisodeRun], limits: Limits, temper
         kv = engine.kv
         stats.update(rounds=rounds, fed_tokens=kv.fed_tokens, padded_tokens=kv.padded_tokens, compactions=kv.compactions)
 
+# %% ../nbs/08_rollout.ipynb #e8dfd7a3
+@dataclass
+class Generation:
+    "One completion of one prompt: its text and token counts; the ids and log-probs when a local model wrote it (for training)."
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+
+@torch.inference_mode()
+def kv_generate(model, tokenizer, prompts: Sequence[str], max_new_tokens: int, stops: Sequence[str], temperature: float = 0.0,
+                seed: int = 0, batch_size: int = 64) -> list[Generation]:
+    "Short completions of many prompts through one `KVBatch` per chunk of `batch_size` (rows leave as they finish)."
+    model.eval()
+    eos, pieces, out = eos_ids_of(model, tokenizer), {}, []
+    for start in range(0, len(prompts), batch_size):
+        chunk = list(range(start, min(start + batch_size, len(prompts))))
+        enc = [encode_prompt(tokenizer, prompts[i]) for i in chunk]
+        gens = [torch.Generator().manual_seed(seed * 1_000_003 + i) if temperature > 0 else None for i in chunk]
+        decs = [TurnDecoder(tokenizer, eos, stops, pieces) for _ in chunk]
+        lps: list[list[float]] = [[] for _ in chunk]
+        kv, rows = KVBatch(model, pad_id=pad_id(tokenizer)), list(range(len(chunk)))
+        logits = kv.feed(rows, enc, fresh=True)
+        while rows:
+            toks, lp = sample_next(logits, temperature, [gens[s] for s in rows])
+            keep = []
+            for r, (s, t, l) in enumerate(zip(rows, toks, lp)):
+                lps[s].append(l)
+                if decs[s].push(t) is None and len(decs[s].ids) < max_new_tokens: keep.append(r)
+            if not keep: break
+            if len(keep) < len(rows): kv.select(keep); rows = [rows[r] for r in keep]
+            logits = kv.feed(list(range(len(rows))), [[decs[s].ids[-1]] for s in rows])
+        out += [Generation(d.text(), len(e), len(d.ids), e, list(d.ids), l) for e, d, l in zip(enc, decs, lps)]
+    return out
+
 # %% ../nbs/08_rollout.ipynb #a0fbb569
 def _runs_for(tasks, fmt: TagSet, n: int, limits: Limits, toolbox, tokenizer, reward_fn) -> list[EpisodeRun]:
     if isinstance(tasks, dict): tasks = [tasks]
@@ -333,12 +371,12 @@ def _runs_for(tasks, fmt: TagSet, n: int, limits: Limits, toolbox, tokenizer, re
 
 # %% ../nbs/08_rollout.ipynb #aeb6c1d8
 @torch.inference_mode()
-def naive_rollout(model, tokenizer, tasks, toolbox=None, fmt: TagSet | str = COA, n: int = 1, max_turns: int = 8,
-                  max_new_tokens: int = TURN_TOKENS, max_total_tokens: int = 2048, temperature: float = 0.0, seed: int | None = None,
+def naive_rollout(model, tokenizer, tasks, toolbox=None, fmt: TagSet | str = COA, n: int = 1, limits: Limits = Limits(),
+                  temperature: float = 0.0, seed: int | None = None,
                   reward_fn: Callable | None = None, progress: bool = False) -> list[Episode]:
     "Reference loop: one episode at a time, `model.generate` re-encoding the whole history every turn."
     from transformers import GenerationConfig
-    fmt, limits = as_tagset(fmt), Limits(max_turns, max_new_tokens, max_total_tokens)
+    fmt = as_tagset(fmt)
     model.eval()
     runs = _runs_for(tasks, fmt, n, limits, toolbox, tokenizer, reward_fn)
     eos, pad, pieces = eos_ids_of(model, tokenizer), pad_id(tokenizer), {}
@@ -382,12 +420,12 @@ def _as_hf(policy):
     if isinstance(model, torch.nn.Module) and getattr(policy, "tokenizer", None) is not None: return model, policy.tokenizer
     return None
 
-def rollout(policy, tasks, toolbox=None, fmt: TagSet | str = COA, n: int = 1, max_turns: int = 8, max_new_tokens: int = TURN_TOKENS,
-            max_total_tokens: int = 2048, temperature: float = 0.0, seed: int | None = None, batch_size: int = 32,
+def rollout(policy, tasks, toolbox=None, fmt: TagSet | str = COA, n: int = 1, limits: Limits = Limits(),
+            temperature: float = 0.0, seed: int | None = None, batch_size: int = 32,
             reward_fn: Callable[[dict, str | None], float] | None = None, progress: bool = True,
             stats: dict | None = None) -> list[Episode]:
     "Run `n` episodes per task (multi-turn, with tools) and return them in task order."
-    fmt, limits = as_tagset(fmt), Limits(max_turns, max_new_tokens, max_total_tokens)
+    fmt = as_tagset(fmt)
     if n < 1 or batch_size < 1: raise ValueError(f"n and batch_size must be >= 1 (got n={n}, batch_size={batch_size})")
     hf = _as_hf(policy)
     if hf is None and not callable(getattr(policy, "generate", None)):

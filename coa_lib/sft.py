@@ -14,7 +14,7 @@ from datasets import Dataset
 from fastcore.basics import patch
 
 from .core import atomic_write_json, check_profile, launched_processes, read_json
-from .episode import TURN_TOKENS
+from .episode import TURN_TOKENS, Limits
 from .format import observation_char_spans
 from .tuning import Tuning, WallClockBudget, default_lr, merged, prepare_for_tuning, trainable_parameters, trained_positions_loss
 
@@ -127,6 +127,8 @@ class SFTStageConfig:
         return cls(profile=profile, size="nano", max_len=2048, batch_size=4, lr_schedule="warmup_stable_decay",
                    decay_frac=0.1, token_budget=5_500_000, save_steps=200, n_eval=50, lanes=2, threads=1, base_steps=2500)
 
+    @property
+    def limits(self) -> Limits: return Limits(self.max_turns, self.max_new_tokens)   # of the students' evaluation episodes
     def steps_for(self, mean_tokens: float) -> int:
         "Optimizer steps that spend `token_budget` on rows of `mean_tokens` tokens (or `max_steps`)."
         if self.max_steps is not None: return self.max_steps

@@ -14,7 +14,7 @@ import torch
 from datasets import Dataset, concatenate_datasets, load_from_disk
 from transformers import PreTrainedTokenizerFast
 
-from .core import (PROFILES, SPLITS, TASK_KINDS, atomic_dir, atomic_write_json, check_profile, close_process_group,
+from .core import (accuracy_text, pct, PROFILES, SPLITS, TASK_KINDS, atomic_dir, atomic_write_json, check_profile, close_process_group,
                           config_json, is_built, launched_processes, load_or_build, read_json, resolve_run_dir, save_dataset)
 from .cli import (Command, config_changes, given, http_url, model_arg, positive_float, positive_int, recorded,
                          run_stage_command, stage_parser)
@@ -25,117 +25,98 @@ from .format import COA, DIRECT, REACT, TagSet
 from .llm import OpenAIBackend, build_tiny_qwen2, load_policy
 from .pretrained import resolve_base
 from .tuning import Tuning
-from .mas import MASLimits, run_teacher
+from .mas import TeacherConfig, run_teacher
 from .prompts import agent_prompt
 from .reading import reading_rows, task_worlds
 from .rl import RLConfig, pass_rates, plot_pass_rates, select_tasks, train_rl
+from .run import Run, as_run, task_key
 from .sft import SFTStageConfig, plot_loss, quote_rows, train_sft
 from .tasks import TaskConfig, make_task_suite
-from .teacher import MistakeKnobs, scripted_backend
+from .teacher import scripted_backend
 from .tokenizer import build_tokenizer, load_tokenizer, tokenizer_texts, world_pages
 
 # %% auto #0
 __all__ = ['STUDENTS', 'RL_EVAL_NAMES', 'GAME24_PAPER', 'PREPARED', 'AFM_COMMANDS', 'build_task_splits', 'student_tokenizer',
-           'TeacherConfig', 'run_teacher_stage', 'teacher_eval', 'distill_all', 'build_sft_sets', 'base_rows',
-           'pretrain_base', 'Student', 'run_in_lanes', 'starting_model', 'rows_for_tokenizer', 'train_student',
-           'student_named', 'train_students', 'evaluate_student', 'evaluate_students', 'sft_eval_name', 'eval_records',
-           'held_out_dev_rows', 'sft_report', 'sft_student', 'rl_selection', 'train_rl_student', 'rl_evaluation',
+           'run_teacher_stage', 'teacher_eval', 'distill_all', 'build_sft_sets', 'base_rows', 'pretrain_base',
+           'Student', 'run_in_lanes', 'starting_model', 'rows_for_tokenizer', 'train_student', 'student_named',
+           'train_students', 'evaluate_student', 'evaluate_students', 'sft_eval_name', 'eval_records',
+           'held_out_dev_rows', 'sft_report', 'sft_student', 'rl_selection', 'train_rl_student', 'run_rl_stage',
            'rl_report', 'main']
 
 # %% ../nbs/14a_stages.ipynb #f8d65725
 def build_task_splits(run_dir, cfg: TaskConfig) -> dict[str, Dataset]:
-    "The four task splits of a run: loaded from `run_dir/tasks_<split>` or built and saved there."
+    "The four task splits of a run: loaded from `run_dir/tasks_<split>` when built under `cfg`, else built and saved there."
     out = {}
     for split in SPLITS:
         build = lambda p, s=split: save_dataset(make_task_suite(cfg.kinds, cfg.n(s), s, cfg.seed, cfg.worlds(s), cfg.n_entities), p)
-        out[split] = load_or_build(run_dir, f"tasks_{split}", build, lambda p: load_from_disk(str(p)))
+        out[split] = load_or_build(run_dir, f"tasks_{split}", build, lambda p: load_from_disk(str(p)), key=task_key(cfg))
     return out
 
 # %% ../nbs/14a_stages.ipynb #7983ae40
-def student_tokenizer(run_dir, profile: str = "smoke", vocab_size: int = 2048) -> PreTrainedTokenizerFast:
+def student_tokenizer(run: Run | str | os.PathLike | None, profile: str = "smoke") -> PreTrainedTokenizerFast:
     "The student's BPE tokenizer of the run (artifact `student_tokenizer`), trained on the training tasks and their pages."
-    check_profile(profile)
-    run_dir = resolve_run_dir(run_dir)
+    run = as_run(run, profile)
     def build(path: Path):
-        train = build_task_splits(run_dir, TaskConfig.for_profile(profile))["train"]
-        tok = build_tokenizer(tokenizer_texts(train), vocab_size=vocab_size)
+        train = build_task_splits(run.dir, run.tasks)["train"]
+        tok = build_tokenizer(tokenizer_texts(train), vocab_size=run.vocab_size)
         atomic_dir(path, lambda tmp: tok.save_pretrained(str(tmp)))
-    return load_or_build(run_dir, "student_tokenizer", build, load_tokenizer)
+    return load_or_build(run.dir, "student_tokenizer", build, load_tokenizer, key=run.key("student_tokenizer"))
 
 # %% ../nbs/14a_stages.ipynb #b8804ab6
-@dataclass
-class TeacherConfig:
-    "Sizes and settings of the teacher stage."
-    profile: str = "smoke"
-    knobs: MistakeKnobs = field(default_factory=MistakeKnobs)
-    limits: MASLimits = field(default_factory=MASLimits)
-    workers: int = 2
-    shard_size: int = 64
-    eval_splits: tuple[str, ...] = ("dev", "test")
-    seed: int = 0
-    endpoint: str | None = None     # an OpenAI-compatible base URL (vLLM, SGLang, coa_lib.serve) whose model plays the team
-    endpoint_model: str = ""        # the model name the endpoint serves; with no endpoint, the scripted teacher plays
-
-    @classmethod
-    def for_profile(cls, profile: str) -> TeacherConfig:
-        "Smoke: the smoke task splits (a few dozen tasks); full: every full training task (~20,000), larger shards."
-        check_profile(profile)
-        return cls(profile=profile, shard_size=64 if profile == "smoke" else 512, workers=2 if profile == "smoke" else 4)
-
-def _teacher_stage(run_dir, cfg: TeacherConfig, name: str, split_names: Sequence[str], progress: bool) -> Dataset:
-    run_dir = resolve_run_dir(run_dir)
+def _teacher_stage(run: Run, name: str, split_names: Sequence[str], progress: bool) -> Dataset:
+    cfg = run.teacher
     def build(path: Path):
-        splits = build_task_splits(run_dir, TaskConfig.for_profile(cfg.profile))
+        splits = build_task_splits(run.dir, run.tasks)
         tasks = concatenate_datasets([splits[s] for s in split_names])
         backend = OpenAIBackend(cfg.endpoint, cfg.endpoint_model) if cfg.endpoint else scripted_backend(tasks, cfg.knobs, cfg.seed)
-        ds = run_teacher(tasks, backend, student_tokenizer(run_dir, cfg.profile),
-                         limits=cfg.limits, run_dir=run_dir, name=name, workers=cfg.workers, shard_size=cfg.shard_size,
+        ds = run_teacher(tasks, backend, student_tokenizer(run),
+                         limits=cfg.limits, run_dir=run.dir, name=name, workers=cfg.workers, shard_size=cfg.shard_size,
                          progress=progress)
         save_dataset(ds, path)
-    ds = load_or_build(run_dir, name, build, lambda p: load_from_disk(str(p)))
-    shutil.rmtree(run_dir / f"{name}.shards", ignore_errors=True)   # the saved dataset holds every trace now
+    ds = load_or_build(run.dir, name, build, lambda p: load_from_disk(str(p)), key=run.key(name))
+    shutil.rmtree(run.dir / f"{name}.shards", ignore_errors=True)   # the saved dataset holds every trace now
     return ds
 
-def run_teacher_stage(run_dir, cfg: TeacherConfig | None = None, progress: bool = True) -> Dataset:
-    "The teacher's traces on the run's training tasks (artifact `teacher_traces`)."
-    return _teacher_stage(run_dir, cfg or TeacherConfig(), "teacher_traces", ("train",), progress)
+def _teacher_run(run, cfg: TeacherConfig | None) -> Run:
+    "The run (a `Run`, or a directory at `cfg`'s profile) with `cfg`, if given, as its teacher."
+    run = as_run(run, cfg.profile if cfg else "smoke")
+    return replace(run, teacher=cfg) if cfg is not None else run
 
-def teacher_eval(run_dir, cfg: TeacherConfig | None = None, progress: bool = True) -> Dataset:
+def run_teacher_stage(run: Run | str | os.PathLike | None, cfg: TeacherConfig | None = None, progress: bool = True) -> Dataset:
+    "The teacher's traces on the run's training tasks (artifact `teacher_traces`); `cfg` (default: the run's) overrides its teacher."
+    return _teacher_stage(_teacher_run(run, cfg), "teacher_traces", ("train",), progress)
+
+def teacher_eval(run: Run | str | os.PathLike | None, cfg: TeacherConfig | None = None, progress: bool = True) -> Dataset:
     "The teacher's traces on the dev and test tasks (artifact `teacher_eval`): its accuracy and token cost there."
-    cfg = cfg or TeacherConfig()
-    return _teacher_stage(run_dir, cfg, "teacher_eval", cfg.eval_splits, progress)
+    run = _teacher_run(run, cfg)
+    return _teacher_stage(run, "teacher_eval", run.teacher.eval_splits, progress)
 
 # %% ../nbs/14a_stages.ipynb #cda91008
-def distill_all(run_dir, profile: str = "smoke", progress: bool = True) -> dict[str, Dataset]:
+def distill_all(run: Run | str | os.PathLike | None, profile: str = "smoke", progress: bool = True) -> dict[str, Dataset]:
     "The distilled SFT datasets of every format (artifacts `distilled_<fmt>`), from the run's teacher traces."
-    check_profile(profile)
-    run_dir = resolve_run_dir(run_dir)
-    def build_all():
-        traces = run_teacher_stage(run_dir, TeacherConfig.for_profile(profile), progress=progress)
-        for f, ds in distill_formats(traces, tuple(DISTILLERS), student_tokenizer(run_dir, profile)).items():
-            save_dataset(ds, run_dir / f"distilled_{f}")            # atomic: a directory that exists is complete
-    out = {}
-    for fmt in DISTILLERS:
-        def build(path: Path):
-            if not path.exists(): build_all()
-        out[fmt] = load_or_build(run_dir, f"distilled_{fmt}", build, lambda p: load_from_disk(str(p)))
-    return out
+    run, built = as_run(run, profile), []
+    def build(path: Path):                                          # the first format not built under its key builds them all
+        if built: return
+        traces = run_teacher_stage(run, progress=progress)
+        for f, ds in distill_formats(traces, tuple(DISTILLERS), student_tokenizer(run)).items():
+            save_dataset(ds, run.dir / f"distilled_{f}")            # atomic: a directory that exists is complete
+        built.append(True)
+    return {fmt: load_or_build(run.dir, f"distilled_{fmt}", build, lambda p: load_from_disk(str(p)), key=run.key(f"distilled_{fmt}"))
+            for fmt in DISTILLERS}
 
 # %% ../nbs/14a_stages.ipynb #34f23173
-def build_sft_sets(run_dir, profile: str = "smoke", config: FilterConfig | None = None, progress: bool = True) -> dict[str, Dataset]:
-    "The SFT datasets of the run (artifacts `coa_sft`, `react_sft`, `direct_sft`, `coa_sft_unfiltered`), built if missing."
-    check_profile(profile)
-    run_dir, cfg = resolve_run_dir(run_dir), config or FilterConfig.for_profile(profile)
-    def build_all():
-        sets, report = make_sft_sets(distill_all(run_dir, profile, progress=progress), cfg)
-        for name, ds in sets.items(): save_dataset(ds, run_dir / name)
-        atomic_write_json(run_dir / "filter_report.json", {"config": asdict(cfg), "stages": report})
-    out = {}
-    for name in SFT_SETS:
-        def build(path: Path):
-            if not (run_dir / name).exists() or not (run_dir / "filter_report.json").exists(): build_all()
-        out[name] = load_or_build(run_dir, name, build, lambda p: load_from_disk(str(p)))
-    return out
+def build_sft_sets(run: Run | str | os.PathLike | None, profile: str = "smoke", config: FilterConfig | None = None,
+                   progress: bool = True) -> dict[str, Dataset]:
+    "The SFT datasets of the run (artifacts `coa_sft`, `react_sft`, `direct_sft`, `coa_sft_unfiltered`), built if missing or stale."
+    run, built = as_run(run, profile), []
+    if config is not None: run = replace(run, filter=config)
+    def build(path: Path):                                          # the first set not built under its key builds them all
+        if built: return
+        sets, report = make_sft_sets(distill_all(run, progress=progress), run.filter)
+        for name, ds in sets.items(): save_dataset(ds, run.dir / name)
+        atomic_write_json(run.dir / "filter_report.json", {"config": asdict(run.filter), "stages": report})
+        built.append(True)
+    return {name: load_or_build(run.dir, name, build, lambda p: load_from_disk(str(p)), key=run.key(name)) for name in SFT_SETS}
 
 # %% ../nbs/14a_stages.ipynb #4448bc73
 def base_rows(train: Dataset, n: int, reading: float, max_worlds: int, seed: int) -> list[dict]:
@@ -146,15 +127,15 @@ def base_rows(train: Dataset, n: int, reading: float, max_worlds: int, seed: int
     random.Random(seed).shuffle(rows)
     return rows
 
-def pretrain_base(run_dir, cfg: SFTStageConfig, out_dir=None) -> Path:
+def pretrain_base(run: Run | str | os.PathLike | None, cfg: SFTStageConfig, out_dir=None) -> Path:
     "The students' common base (`out_dir`, default `run_dir/sft/base`): a fresh `cfg.size` model pretrained to quote (and read) the training worlds' pages."
-    run_dir = resolve_run_dir(run_dir)
-    tok = student_tokenizer(run_dir, cfg.profile)
-    train = build_task_splits(run_dir, TaskConfig.for_profile(cfg.profile))["train"]
+    run = as_run(run, cfg.profile)
+    tok = student_tokenizer(run)
+    train = build_task_splits(run.dir, run.tasks)["train"]
     rows = base_rows(train, cfg.base_steps * cfg.base_batch, cfg.base_reading, cfg.base_worlds, cfg.seed)
     base_cfg = replace(cfg, batch_size=cfg.base_batch, lr=cfg.base_lr, max_steps=cfg.base_steps, max_len=512, obs_weight=0.0,
                        lr_schedule="constant_with_warmup", warmup_steps=min(50, cfg.base_steps // 10), threads=cfg.base_threads or os.cpu_count())
-    out_dir = Path(out_dir) if out_dir is not None else run_dir / "sft" / "base"
+    out_dir = Path(out_dir) if out_dir is not None else run.dir / "sft" / "base"
     return train_sft(rows, build_tiny_qwen2(tok, cfg.size, seed=cfg.seed), out_dir, base_cfg, tokenizer=tok)
 
 # %% ../nbs/14a_stages.ipynb #c54d6626
@@ -199,24 +180,25 @@ def _module_fn(name: str):
     return getattr(coa_lib.stages, name)
 
 # %% ../nbs/14a_stages.ipynb #8cf0db16
-def starting_model(run_dir, cfg: SFTStageConfig) -> str | None:
+def starting_model(run: Run | str | os.PathLike | None, cfg: SFTStageConfig) -> str | None:
     "Where the students start: the pretrained `cfg.base` (its checkpoint path), else the run's quote base (`base_steps`), else None (fresh)."
     if cfg.base is not None: return resolve_base(cfg.base)
-    return str(pretrain_base(run_dir, cfg)) if cfg.base_steps else None
+    return str(pretrain_base(run, cfg)) if cfg.base_steps else None
 
 def rows_for_tokenizer(rows: Dataset, tokenizer) -> Dataset:
     "SFT rows whose prompts are rendered by `tokenizer`'s chat template (a pretrained base's own), from each row's question and format."
     return rows.map(lambda r: {"prompt": agent_prompt(r, r["format"], tokenizer)}, desc="prompts in the base's template")
 
-def train_student(run_dir, cfg: SFTStageConfig, student: Student, base: str | Path | None = None, out_root=None) -> Path:
+def train_student(run: Run | str | os.PathLike | None, cfg: SFTStageConfig, student: Student, base: str | Path | None = None,
+                  out_root=None) -> Path:
     "Train one student into `out_root/<name>` (default `run_dir/sft`): from the HF model at `base`, else `starting_model`, else a fresh `cfg.size` model."
-    run_dir = resolve_run_dir(run_dir)
-    rows = build_sft_sets(run_dir, cfg.profile, progress=False)[student.sft_set]
-    if base is None: base = starting_model(run_dir, cfg)
+    run = as_run(run, cfg.profile)
+    rows = build_sft_sets(run, progress=False)[student.sft_set]
+    if base is None: base = starting_model(run, cfg)
     if cfg.base is not None: rows = rows_for_tokenizer(rows, load_tokenizer(base))
-    tok = student_tokenizer(run_dir, cfg.profile) if base is None else None
+    tok = student_tokenizer(run) if base is None else None
     model = build_tiny_qwen2(tok, cfg.size, seed=cfg.seed) if base is None else base
-    return train_sft(rows, model, Path(out_root or run_dir / "sft") / student.name, cfg, tokenizer=tok)
+    return train_sft(rows, model, Path(out_root or run.dir / "sft") / student.name, cfg, tokenizer=tok)
 
 def student_named(name: str) -> Student:
     "The student of `STUDENTS` called `name`."
@@ -224,34 +206,33 @@ def student_named(name: str) -> Student:
         if s.name == name: return s
     raise KeyError(f"no student {name!r}; students: {[s.name for s in STUDENTS]}")
 
-def _train_job(run_dir: str, cfg: dict, student: str, base: str | None, out_root: str | None) -> Path:
-    return train_student(run_dir, SFTStageConfig(**cfg), student_named(student), base, out_root)
+def _train_job(run: Run, cfg: dict, student: str, base: str | None, out_root: str | None) -> Path:
+    return train_student(run, SFTStageConfig(**cfg), student_named(student), base, out_root)
 
-def train_students(run_dir, cfg: SFTStageConfig, students: Sequence[Student] = STUDENTS, base: str | Path | None = None,
-                   out_root=None) -> dict[str, Path]:
+def train_students(run: Run | str | os.PathLike | None, cfg: SFTStageConfig, students: Sequence[Student] = STUDENTS,
+                   base: str | Path | None = None, out_root=None) -> dict[str, Path]:
     "Train every student on its set (`cfg.lanes` at a time) into `out_root/<name>` (default `run_dir/sft`); {name: saved model dir}."
-    run_dir = resolve_run_dir(run_dir)
-    build_sft_sets(run_dir, cfg.profile, progress=False)    # built once here, not by each lane
-    if base is None: base = starting_model(run_dir, cfg)    # likewise the common base model (or the pretrained checkpoint)
-    jobs = [(str(run_dir), asdict(cfg), s.name, None if base is None else str(base), None if out_root is None else str(out_root)) for s in students]
+    run = as_run(run, cfg.profile)
+    build_sft_sets(run, progress=False)                     # built once here, not by each lane (a lane gets the same Run)
+    if base is None: base = starting_model(run, cfg)        # likewise the common base model (or the pretrained checkpoint)
+    jobs = [(run, asdict(cfg), s.name, None if base is None else str(base), None if out_root is None else str(out_root)) for s in students]
     paths = run_in_lanes(_module_fn("_train_job"), jobs, cfg.lanes, cfg.threads)
     out = {s.name: Path(p) for s, p in zip(students, paths)}
-    if out_root is None: plot_loss([read_json(p / "loss_history.json") for p in out.values()], list(out), run_dir / "figures" / "sft_loss.png")
+    if out_root is None: plot_loss([read_json(p / "loss_history.json") for p in out.values()], list(out), run.dir / "figures" / "sft_loss.png")
     return out
 
 # %% ../nbs/14a_stages.ipynb #3c9ec5b7
 def evaluate_student(path, student: Student, tasks: list[dict], run_dir, name: str, cfg: SFTStageConfig) -> tuple[dict, Dataset]:
     "`coa_lib.evaluate.evaluate` of a saved student in its format; (metrics, records), saved under `run_dir/name`."
-    metrics, records = evaluate(load_policy(path, dtype=cfg.eval_dtype), tasks, fmt=student.fmt, run_dir=run_dir, name=name, max_turns=cfg.max_turns,
-                                max_new_tokens=cfg.max_new_tokens, progress=False)
+    metrics, records = evaluate(load_policy(path, dtype=cfg.eval_dtype), tasks, fmt=student.fmt, run_dir=run_dir, name=name, progress=False, limits=cfg.limits)
     return metrics, records
 
 def _evaluate_job(path: str, student: str, tasks: list[dict], run_dir: str, name: str, cfg: dict) -> dict:
     return evaluate_student(path, student_named(student), tasks, run_dir, name, SFTStageConfig(**cfg))[0]
 
-def evaluate_students(jobs: Sequence[tuple], run_dir, cfg: SFTStageConfig) -> dict[str, dict]:
+def evaluate_students(jobs: Sequence[tuple], run: Run | str | os.PathLike | None, cfg: SFTStageConfig) -> dict[str, dict]:
     "Evaluate `(model dir, student, tasks, name)` jobs, `cfg.lanes` at a time; {name: metrics}; records stay in `run_dir/name`."
-    run_dir = str(resolve_run_dir(run_dir))
+    run_dir = str(as_run(run, cfg.profile).dir)
     found = run_in_lanes(_module_fn("_evaluate_job"), [(str(p), s.name, t, run_dir, n, asdict(cfg)) for p, s, t, n in jobs],
                          cfg.lanes, cfg.threads)
     return {job[3]: m for job, m in zip(jobs, found)}
@@ -267,18 +248,16 @@ def eval_records(run_dir, name: str) -> Dataset:
     return load_from_disk(str(Path(run_dir) / name / "records"))
 
 # %% ../nbs/14a_stages.ipynb #b4ce5dc4
-def held_out_dev_rows(run_dir, profile: str, kinds: Sequence[str], n: int) -> list[dict]:
+def held_out_dev_rows(run: Run | str | os.PathLike | None, profile: str, kinds: Sequence[str], n: int) -> list[dict]:
     "Up to `n` CoA rows distilled from the teacher's solved traces on *dev* tasks of `kinds` (never test): held-out trajectories."
-    run_dir = resolve_run_dir(run_dir)
-    dev_ids = set(build_task_splits(run_dir, TaskConfig.for_profile(profile))["dev"]["id"])
-    traces = teacher_eval(run_dir, TeacherConfig.for_profile(profile), progress=False)
+    run = as_run(run, profile)
+    dev_ids = set(build_task_splits(run.dir, run.tasks)["dev"]["id"])
+    traces = teacher_eval(run, progress=False)
     traces = traces.filter(lambda t: t["id"] in dev_ids and t["kind"] in set(kinds) and t["reward"] == 1.0)
-    return distill(traces, "coa", student_tokenizer(run_dir, profile)).to_list()[:n]
+    return distill(traces, "coa", student_tokenizer(run)).to_list()[:n]
 
 # %% ../nbs/14a_stages.ipynb #fd7bcce5
 GAME24_PAPER = {"AgentFlow (Qwen2.5-7B, Flow-GRPO)": 0.530, "GPT-4o": 0.320}
-
-def _pct(x: float) -> str: return f"{100 * x:.1f}"
 
 # %% ../nbs/14a_stages.ipynb #8aee2059
 def sft_report(run_dir) -> str:
@@ -292,10 +271,10 @@ def sft_report(run_dir) -> str:
            "| system | accuracy [95% CI] | " + " | ".join(kinds) + " | tokens/task | generated/task | tool calls | turns | invalid % |",
            "|---|---|" + "---:|" * len(kinds) + "---:|---:|---:|---:|---:|"]
     for n in names:
-        x = m[n]; lo, hi = x["accuracy_ci95"]
-        by = " | ".join(_pct(x["by_kind"][k]["accuracy"]) if k in x["by_kind"] else "" for k in kinds)
-        out.append(f"| {n} | {_pct(x['accuracy'])} [{_pct(lo)}, {_pct(hi)}] | {by} | {x['mean_processed_tokens']:,.0f} | "
-                   f"{x['mean_generated_tokens']:,.0f} | {x['mean_tool_calls']:.2f} | {x['mean_turns']:.2f} | {_pct(x['invalid_rate'])} |")
+        x = m[n]
+        by = " | ".join(pct(x["by_kind"][k]["accuracy"]) if k in x["by_kind"] else "" for k in kinds)
+        out.append(f"| {n} | {accuracy_text(x)} | {by} | {x['mean_processed_tokens']:,.0f} | "
+                   f"{x['mean_generated_tokens']:,.0f} | {x['mean_tool_calls']:.2f} | {x['mean_turns']:.2f} | {pct(x['invalid_rate'])} |")
     t, c = m["teacher_mas"], m.get("coa")
     if c:
         out += ["", f"CoA student / teacher: accuracy {c['accuracy'] / max(t['accuracy'], 1e-9):.2f}× (paper's goal ≥ 0.8×), "
@@ -303,11 +282,11 @@ def sft_report(run_dir) -> str:
     acc = g24["accuracy"]
     out += ["", f"#### Real GameOf24 (AgentFlow's file, {g24['n_hands']} hands; accuracy in %)", "",
             f"| system | first {min(100, g24['n_hands'])} | all |", "|---|---:|---:|"]
-    out += [f"| {n} | {_pct(a['first_100'])} | {_pct(a['all'])} |" for n, a in acc.items()]
-    out += [f"| {n} (paper) | {_pct(v)} | |" for n, v in g24["paper"].items()]
-    out += ["", f"#### Memorisation gap (CoA student, QA kinds): training worlds {_pct(gap['train_worlds'])}% "
-                f"({gap['n_train_worlds']} held-back tasks) vs test worlds {_pct(gap['test_worlds'])}% ({gap['n_test_worlds']} tasks): "
-                f"gap {_pct(gap['gap'])} points.", "",
+    out += [f"| {n} | {pct(a['first_100'])} | {pct(a['all'])} |" for n, a in acc.items()]
+    out += [f"| {n} (paper) | {pct(v)} | |" for n, v in g24["paper"].items()]
+    out += ["", f"#### Memorisation gap (CoA student, QA kinds): training worlds {pct(gap['train_worlds'])}% "
+                f"({gap['n_train_worlds']} held-back tasks) vs test worlds {pct(gap['test_worlds'])}% ({gap['n_test_worlds']} tasks): "
+                f"gap {pct(gap['gap'])} points.", "",
             "#### Training (equal token budgets)", "", "| student | tokens seen | steps | rows | wall s | tokens/s | final loss | precision |",
             "|---|---:|---:|---:|---:|---:|---:|---|"]
     for name, d in res.get("training", {}).items():
@@ -323,27 +302,29 @@ def sft_report(run_dir) -> str:
     return "\n".join(out) + "\n"
 
 # %% ../nbs/14a_stages.ipynb #c960d0f0
-def _rl_dir(run_dir) -> Path: return resolve_run_dir(run_dir) / "rl"
+def _rl_dir(run: Run) -> Path: return run.dir / "rl"
 
-def sft_student(run_dir, profile: str) -> Path:
-    "The run's CoA SFT student, trained first (at `profile`) if the run has none."
-    path = resolve_run_dir(run_dir) / "sft" / "coa"
+def sft_student(run: Run | str | os.PathLike | None, profile: str) -> Path:
+    "The run's CoA SFT student, trained first (at the run's SFT config) if the run has none."
+    run = as_run(run, profile)
+    path = run.dir / "sft" / "coa"
     if (path / "sft_done.json").exists(): return path
-    return train_student(run_dir, SFTStageConfig.for_profile(profile), student_named("coa"))
+    return train_student(run, run.sft, student_named("coa"))
 
 def _selection_key(cfg: RLConfig) -> dict:
     "The settings the selection depends on (a change of learning rate does not redo it)."
     return {k: getattr(cfg, k) for k in ("profile", "select_per_kind", "select_k", "select_min_passes", "max_pass_rate", "temperature",
                                           "max_turns", "max_new_tokens", "max_total_tokens", "seed")}
 
-def rl_selection(run_dir, cfg: RLConfig) -> dict:
+def rl_selection(run: Run | str | os.PathLike | None, cfg: RLConfig) -> dict:
     "AFM's data selection, cached in `run_dir/rl/selection.json`: the SFT student's pass rates on training tasks and the tasks kept."
-    path, key = _rl_dir(run_dir) / "selection.json", _selection_key(cfg)
+    run = as_run(run, cfg.profile)
+    path, key = _rl_dir(run) / "selection.json", _selection_key(cfg)
     if path.exists() and read_json(path)["key"] == key: return read_json(path)
     if launched_processes() > 1: raise RuntimeError(f"{path}: missing, and this is one of {launched_processes()} processes; "
                                                     "run `python -m coa_lib.stages select-rl` in one process first")
-    sft_dir = sft_student(run_dir, cfg.profile)
-    train = build_task_splits(run_dir, TaskConfig.for_profile(cfg.profile))["train"].shuffle(seed=cfg.seed)
+    sft_dir = sft_student(run, cfg.profile)
+    train = build_task_splits(run.dir, run.tasks)["train"].shuffle(seed=cfg.seed)
     pool = eval_tasks(train, cfg.select_per_kind)
     rates = pass_rates(load_policy(sft_dir), pool, cfg.select_k, cfg, COA, seed=cfg.seed)
     tok, seen, selected = load_tokenizer(sft_dir), set(), []
@@ -354,33 +335,35 @@ def rl_selection(run_dir, cfg: RLConfig) -> dict:
     atomic_write_json(path, out)
     return out
 
-def _tasks_by_id(run_dir, profile: str, split: str, ids: Sequence[str]) -> list[dict]:
-    rows = {t["id"]: t for t in build_task_splits(run_dir, TaskConfig.for_profile(profile))[split]}
+def _tasks_by_id(run: Run, split: str, ids: Sequence[str]) -> list[dict]:
+    rows = {t["id"]: t for t in build_task_splits(run.dir, run.tasks)[split]}
     return [rows[i] for i in ids]
 
 # %% ../nbs/14a_stages.ipynb #f0d530c6
-def train_rl_student(run_dir, cfg: RLConfig) -> Path:
+def train_rl_student(run: Run | str | os.PathLike | None, cfg: RLConfig) -> Path:
     "The CoA student after RL, in `run_dir/rl/coa_rl` (trained from `sft/coa` on the selected tasks, resumed or skipped when done)."
-    done = _rl_dir(run_dir) / "coa_rl" / "rl_done.json"
+    run = as_run(run, cfg.profile)
+    done = _rl_dir(run) / "coa_rl" / "rl_done.json"
     if done.exists() and (diff := config_changes(read_json(done)["config"], config_json(cfg))):   # never rewritten under another config
         raise ValueError(f"{done.parent} was trained with another config: {diff}; remove it (or `train-rl --rebuild`) to train again")
-    sel = rl_selection(run_dir, cfg)
-    if not sel["selected"]: raise ValueError(f"RL data selection kept no task of {len(sel['pool'])} (pass rates in {_rl_dir(run_dir)}/selection.json)")
-    tasks = _tasks_by_id(run_dir, cfg.profile, "train", sel["selected"])
-    dev = eval_tasks(build_task_splits(run_dir, TaskConfig.for_profile(cfg.profile))["dev"], cfg.n_dev)
-    return train_rl(sft_student(run_dir, cfg.profile), tasks, dev, _rl_dir(run_dir) / "coa_rl", cfg)
+    sel = rl_selection(run, cfg)
+    if not sel["selected"]: raise ValueError(f"RL data selection kept no task of {len(sel['pool'])} (pass rates in {_rl_dir(run)}/selection.json)")
+    tasks = _tasks_by_id(run, "train", sel["selected"])
+    dev = eval_tasks(build_task_splits(run.dir, run.tasks)["dev"], cfg.n_dev)
+    return train_rl(sft_student(run, cfg.profile), tasks, dev, _rl_dir(run) / "coa_rl", cfg)
 
 # %% ../nbs/14a_stages.ipynb #b7a3f6d4
-def rl_evaluation(run_dir, cfg: RLConfig) -> dict:
-    "SFT vs SFT+RL on the test split (the SFT stage's harness), and the selected tasks' pass rates after RL; `run_dir/rl_results.json`."
-    rd, sft_cfg = resolve_run_dir(run_dir), SFTStageConfig.for_profile(cfg.profile)
-    rl_dir, coa = train_rl_student(rd, cfg), student_named("coa")
-    test_set = eval_tasks(build_task_splits(rd, TaskConfig.for_profile(cfg.profile))["test"], sft_cfg.n_eval)   # 09's test tasks
-    models = {"coa_sft": sft_student(rd, cfg.profile), "coa_rl": rl_dir}
-    found = evaluate_students([(models[k], coa, test_set, RL_EVAL_NAMES[k]) for k in models], rd, sft_cfg)
-    sel = rl_selection(rd, cfg)
+def run_rl_stage(run: Run | str | os.PathLike | None, cfg: RLConfig) -> dict:
+    "The RL stage: data selection and RL training (each found or built), then SFT vs SFT+RL on test and the selected tasks' pass rates after RL; `rl_results.json`."
+    run = as_run(run, cfg.profile)
+    rd, sft_cfg = run.dir, run.sft
+    rl_dir, coa = train_rl_student(run, cfg), student_named("coa")
+    test_set = eval_tasks(build_task_splits(rd, run.tasks)["test"], sft_cfg.n_eval)   # 09's test tasks
+    models = {"coa_sft": sft_student(run, cfg.profile), "coa_rl": rl_dir}
+    found = evaluate_students([(models[k], coa, test_set, RL_EVAL_NAMES[k]) for k in models], run, sft_cfg)
+    sel = rl_selection(run, cfg)
     before = [r for r in sel["rates"] if r["id"] in set(sel["selected"])]          # the RL data, before and after
-    after = pass_rates(load_policy(rl_dir), _tasks_by_id(rd, cfg.profile, "train", sel["selected"]), cfg.select_k, cfg, COA,
+    after = pass_rates(load_policy(rl_dir), _tasks_by_id(run, "train", sel["selected"]), cfg.select_k, cfg, COA,
                        seed=cfg.seed + 1)
     plot_pass_rates(before, after, rd / "figures" / "rl_pass_rates.png")
     out = {"profile": cfg.profile, "config": asdict(cfg), "n_test_tasks": len(test_set),
@@ -391,10 +374,6 @@ def rl_evaluation(run_dir, cfg: RLConfig) -> dict:
     return out
 
 # %% ../nbs/14a_stages.ipynb #80ebefae
-def _ci(m: dict) -> str:
-    lo, hi = m["accuracy_ci95"]
-    return f"{_pct(m['accuracy'])} [{_pct(lo)}, {_pct(hi)}]"
-
 def _mean_rate(rows: Sequence[dict]) -> float: return sum(r["rate"] for r in rows) / max(1, len(rows))
 
 def rl_report(run_dir) -> str:
@@ -405,12 +384,12 @@ def rl_report(run_dir) -> str:
     out = [f"#### CoA student: SFT vs SFT + RL (test split, {res['n_test_tasks']} tasks; accuracy in % [95% CI])", "",
            "| system | accuracy | tokens/task | generated/task | tool calls | turns | invalid % |", "|---|---|---:|---:|---:|---:|---:|"]
     for name, m in (("CoA SFT", sft), ("CoA SFT + RL", rl)):
-        out.append(f"| {name} | {_ci(m)} | {m['mean_processed_tokens']:,.0f} | {m['mean_generated_tokens']:,.0f} | "
-                   f"{m['mean_tool_calls']:.2f} | {m['mean_turns']:.2f} | {_pct(m['invalid_rate'])} |")
+        out.append(f"| {name} | {accuracy_text(m)} | {m['mean_processed_tokens']:,.0f} | {m['mean_generated_tokens']:,.0f} | "
+                   f"{m['mean_tool_calls']:.2f} | {m['mean_turns']:.2f} | {pct(m['invalid_rate'])} |")
     out += ["", "| kind | SFT | SFT + RL | RL − SFT (points) | worse beyond SFT's CI |", "|---|---|---|---:|---|"]
     for k in kinds:
         a, b = sft["by_kind"][k], rl["by_kind"][k]
-        out.append(f"| {k} | {_ci(a)} | {_ci(b)} | {100 * (b['accuracy'] - a['accuracy']):+.1f} | "
+        out.append(f"| {k} | {accuracy_text(a)} | {accuracy_text(b)} | {100 * (b['accuracy'] - a['accuracy']):+.1f} | "
                    f"{'yes' if b['accuracy'] < a['accuracy_ci95'][0] else 'no'} |")
     delta = 100 * (rl["accuracy"] - sft["accuracy"])
     out += ["", f"RL − SFT overall: {delta:+.1f} points (AFM: +10 on AIME25; goal here ≥ +5)."]
@@ -418,7 +397,7 @@ def rl_report(run_dir) -> str:
     hist = lambda rows: [sum(r["passes"] == j for r in rows) for j in range(k + 1)]
     out += ["", f"#### Data selection: pass rates of the RL tasks before and after RL ({k} samples each)", "",
             f"{sel['selected']} of {sel['pool']} training tasks selected (at least one pass of {k}, not all); "
-            f"mean pass rate {_pct(_mean_rate(res['rates_before']))}% → {_pct(_mean_rate(res['rates_after']))}%.", "",
+            f"mean pass rate {pct(_mean_rate(res['rates_before']))}% → {pct(_mean_rate(res['rates_after']))}%.", "",
             "| passes out of k | " + " | ".join(map(str, range(k + 1))) + " |", "|---|" + "---:|" * (k + 1),
             "| SFT | " + " | ".join(map(str, hist(res["rates_before"]))) + " |",
             "| SFT + RL | " + " | ".join(map(str, hist(res["rates_after"]))) + " |"]
@@ -432,11 +411,19 @@ def rl_report(run_dir) -> str:
 # %% ../nbs/14a_stages.ipynb #02fd0a3a
 PREPARED = (*[f"tasks_{s}" for s in SPLITS], "student_tokenizer", "teacher_traces", "teacher_eval", *[f"distilled_{f}" for f in DISTILLERS], *SFT_SETS)
 
-def _prepare(rd: Path, a) -> dict:
+def _prepare_run(rd: Path, a) -> Run:
+    "The command's run: the profile's configs, its teacher as the options say."
     tcfg = replace(TeacherConfig.for_profile(a.profile), **({"workers": a.teacher_workers} if a.teacher_workers else {}))
     if a.teacher_endpoint: tcfg = replace(tcfg, endpoint=a.teacher_endpoint, endpoint_model=a.teacher_model)
-    run_teacher_stage(rd, tcfg); teacher_eval(rd, tcfg)
-    return {name: ds.num_rows for name, ds in build_sft_sets(rd, a.profile).items()}
+    return Run(rd, a.profile, teacher=tcfg)
+def _prepare(rd: Path, a) -> dict:
+    run = _prepare_run(rd, a)
+    run_teacher_stage(run); teacher_eval(run)
+    return {name: ds.num_rows for name, ds in build_sft_sets(run).items()}
+def _prepared(rd: Path, a) -> dict | None:
+    if not rd.is_dir(): return None                                  # a check creates nothing
+    run = _prepare_run(rd, a)
+    return {} if all(is_built(rd / n, run.key(n)) for n in PREPARED) else None
 def _prepare_options(p) -> None:
     p.add_argument("--teacher-endpoint", type=http_url, help="an OpenAI-compatible base URL whose model plays the teacher team (default: the scripted teacher)")
     p.add_argument("--teacher-model", default="", help="the model name the endpoint serves (with --teacher-endpoint)")
@@ -463,13 +450,13 @@ def _rl_evaluated(rd: Path, a) -> dict | None:                       # rl_result
     res, done = rd / "rl_results.json", rd / "rl" / "coa_rl" / "rl_done.json"
     return read_json(res)["config"] if res.exists() and done.exists() and read_json(res)["training"] == read_json(done) else None
 def _rl_evaluate(rd: Path, a) -> str:                                # at the RL model's own config
-    m = rl_evaluation(rd, RLConfig(**read_json(rd / "rl" / "coa_rl" / "rl_done.json")["config"]))["metrics"]
+    m = run_rl_stage(rd, RLConfig(**read_json(rd / "rl" / "coa_rl" / "rl_done.json")["config"]))["metrics"]
     return f"test accuracy: SFT {m['coa_sft']['accuracy']:.3f}, SFT + RL {m['coa_rl']['accuracy']:.3f} ({rd / 'rl_results.json'})"
 
 # %% ../nbs/14a_stages.ipynb #94f3accb
 AFM_COMMANDS = {c.name: c for c in (
     Command("prepare", "task splits, the student's tokenizer, teacher traces (training, dev and test tasks), distilled and SFT sets; one process",
-            "prepare --run-dir runs/smoke", _prepare, lambda rd, a: {} if all(is_built(rd / n) for n in PREPARED) else None,
+            "prepare --run-dir runs/smoke", _prepare, _prepared,
             lambda rd, a: [rd / n for n in PREPARED] + [rd / "filter_report.json"], options=_prepare_options,
             check=lambda a: "--teacher-endpoint and --teacher-model go together" if bool(a.teacher_endpoint) != bool(a.teacher_model) else None),
     Command("train-student", "one student's SFT, into sft/STUDENT; runs unchanged under `accelerate launch`",

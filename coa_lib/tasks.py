@@ -23,7 +23,7 @@ from .worlds import ENTITY_TYPES, Entity, World, make_world
 __all__ = ['RELATIONS', 'RELATIONS_BY_TYPE', 'START_NP', 'MULTIHOP_WEIGHTS', 'COMPARISONS', 'MIXED_TEMPLATES', 'QA_GENERATORS',
            'TASK_GENERATORS', 'WORLD_SPLITS', 'Relation', 'Comparison', 'MixedTemplate', 'safe_arith', 'QAGenerator',
            'make_tasks', 'world_seed_for', 'world_split_of', 'make_task_suite', 'world_corpus', 'corpus_for_task',
-           'TaskConfig', 'plot_task_stats']
+           'plan_length', 'task_difficulty', 'TaskConfig', 'plot_task_stats']
 
 # %% ../nbs/01_tasks.ipynb #f4cfa140
 @dataclass(frozen=True)
@@ -359,6 +359,18 @@ def corpus_for_task(task: dict) -> Dataset | None:
     if meta.get("corpus_id") is None: return None
     return benchmark_corpus(meta["corpus_id"], meta.get("corpus_source"), task.get("id"))
 
+
+# %% ../nbs/01_tasks.ipynb #a96088ee
+def plan_length(task: dict) -> int:
+    "Steps a competent planner takes on `task`: one per run of gold lookups of the same page, plus one computation unless it is `multihop`."
+    pages = []
+    for st in task_meta(task).get("path") or []:
+        if st.get("tool") == "web_search" and (not pages or pages[-1] != st["page"]): pages.append(st["page"])
+    return len(pages) + (task["kind"] != "multihop")
+
+def task_difficulty(task: dict) -> str:
+    "'hard' when the plan has 3 or more steps (3-hop questions, lookups + computation), else 'easy'."
+    return "hard" if plan_length(task) >= 3 else "easy"
 
 # %% ../nbs/01_tasks.ipynb #155941d0
 @dataclass

@@ -11,32 +11,17 @@ from typing import Callable, Iterable
 from .core import task_meta
 from .format import parse_coa
 from .llm import ScriptedBackend
-from .mas import CRITERIA, Role
+from .mas import CRITERIA, MistakeKnobs, Role
 from .rewards import check_24, score
 from .tokenizer import IM_END, IM_START
 
 # %% auto #0
-__all__ = ['HOP_QUESTIONS', 'COUNTRY_FOUNDED', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'MistakeKnobs', 'ParsedPrompt', 'read_prompt',
-           'step_groups', 'unseen_numbers', 'hop_question', 'step_question', 'plan_steps', 'planner_policy',
-           'search_policy', 'code_policy', 'critic_policy', 'verifier_policy', 'answerer_policy', 'task_registry',
-           'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
+__all__ = ['HOP_QUESTIONS', 'COUNTRY_FOUNDED', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'ParsedPrompt', 'read_prompt', 'step_groups',
+           'unseen_numbers', 'hop_question', 'step_question', 'plan_steps', 'planner_policy', 'search_policy',
+           'code_policy', 'critic_policy', 'verifier_policy', 'answerer_policy', 'task_registry', 'prompt_rng',
+           'ScriptedTeacher', 'scripted_backend']
 
 # %% ../nbs/05a_scripted_teacher.ipynb #8a1f0e65
-@dataclass(frozen=True)
-class MistakeKnobs:
-    "Error rates of the scripted teacher (see the table above)."
-    vague_query_p: float = 0.05
-    misread_p: float = 0.06
-    arithmetic_slip_p: float = 0.08
-    skip_check_p: float = 0.1
-    critic_detect_p: float = 0.8
-    retry_scale: float = 0.25
-
-    @classmethod
-    def perfect(cls) -> MistakeKnobs:
-        "A teacher that never errs (and never skips a check)."
-        return cls(0.0, 0.0, 0.0, 0.0, 1.0, 0.0)
-
 _MSG_RE = re.compile(re.escape(IM_START) + r"(\w+)\n(.*?)" + re.escape(IM_END), re.S)
 _FIND_RE = re.compile(r"^\[step (\d+) \| (\w+)\] (.*?)(?=^\[step \d+ \||\Z)", re.S | re.M)
 _INT_RE = re.compile(r"(?<![\w.])-?\d+(?![\w.])")

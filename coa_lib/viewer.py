@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 from .benchmarks import game24_real
 from .core import SPLITS, read_json
-from .efficiency import SYSTEMS, EpisodeCosts, FlowCosts, MASCosts
+from .efficiency import SYSTEMS
 from .flow_stages import LABELS as FLOW_LABELS
 from .format import OBSERVATION, TOOL_TAGS, parse_coa
 from .mas import Role
@@ -274,9 +274,11 @@ class EpisodeRecords:
     name: str                                   # e.g. sft_eval_name("coa") == "sft_eval/coa_test"
     @property
     def key(self) -> str: return self.name
+    @property
+    def path(self) -> str: return f"{self.name}/records"      # in the run dir, as `coa_lib.efficiency.System.records`
     def cards(self, rd: Path) -> list[Card]:
         from datasets import load_from_disk
-        ds = load_from_disk(str(rd / self.name / "records"))
+        ds = load_from_disk(str(rd / self.path))
         return [episode_card(r) for r in ds.remove_columns([c for c in BULKY if c in ds.column_names])]
 
 @dataclass(frozen=True)
@@ -285,9 +287,11 @@ class MASRecords:
     name: str = "teacher_eval"
     @property
     def key(self) -> str: return self.name
+    @property
+    def path(self) -> str: return self.name
     def cards(self, rd: Path) -> list[Card]:
         from datasets import load_from_disk
-        return [mas_card(r) for r in load_from_disk(str(rd / self.name))]
+        return [mas_card(r) for r in load_from_disk(str(rd / self.path))]
 
 @dataclass(frozen=True)
 class FlowRecords:
@@ -295,9 +299,11 @@ class FlowRecords:
     name: str                                   # e.g. "flow_grpo", a key of flow_stages.LABELS
     @property
     def key(self) -> str: return f"agentflow/{self.name}"
+    @property
+    def path(self) -> str: return f"agentflow/eval/{self.name}.json"
     def cards(self, rd: Path) -> list[Card]:
         tasks = _tasks_by_id(rd)
-        return [flow_card(r, tasks.get(r["id"])) for r in read_json(rd / "agentflow" / "eval" / f"{self.name}.json")["records"]]
+        return [flow_card(r, tasks.get(r["id"])) for r in read_json(rd / self.path)["records"]]
 
 # %% ../nbs/14f_viewer.ipynb #26dcedca
 Records = EpisodeRecords | MASRecords | FlowRecords
@@ -310,12 +316,7 @@ class System:
     @property
     def slug(self) -> str: return re.sub(r"[^\w-]+", "-", self.records.key)
 
-def _records_of(cost: MASCosts | EpisodeCosts | FlowCosts) -> Records:
-    "The records behind one of `13_efficiency`'s systems."
-    if isinstance(cost, MASCosts): return MASRecords(cost.artifact)
-    return FlowRecords(cost.name) if isinstance(cost, FlowCosts) else EpisodeRecords(cost.artifact)
-
-PRINCIPAL = {**{_records_of(s.source).key: s.name for s in SYSTEMS}, RL_EVAL_NAMES["coa_sft"]: "CoA SFT, before RL (RL's test tasks)"}
+PRINCIPAL = {**{s.records: s.name for s in SYSTEMS}, f"{RL_EVAL_NAMES['coa_sft']}/records": "CoA SFT, before RL (RL's test tasks)"}   # by records path
 
 def find_systems(run_dir: str | Path) -> list[System]:
     "Every evaluated system whose records the run holds: the principal ones first (efficiency's order), then the rest by name."
@@ -325,9 +326,9 @@ def find_systems(run_dir: str | Path) -> list[System]:
     found += [MASRecords()] if (rd / MASRecords().name / "state.json").is_file() else []
     found += [FlowRecords(p.stem) for p in sorted((rd / "agentflow" / "eval").glob("*.json"))]
     order = list(PRINCIPAL)
-    found.sort(key=lambda r: (order.index(r.key) if r.key in order else len(order), r.key))
+    found.sort(key=lambda r: (order.index(r.path) if r.path in order else len(order), r.key))
     flow = lambda r: f"AgentFlow, {FLOW_LABELS[r.name]} planner" if r.name in FLOW_LABELS else f"AgentFlow: {r.name}"
-    label = lambda r: PRINCIPAL.get(r.key) or (flow(r) if isinstance(r, FlowRecords) else r.key)
+    label = lambda r: PRINCIPAL.get(r.path) or (flow(r) if isinstance(r, FlowRecords) else r.key)
     return [System(r, label(r)) for r in found]
 
 # %% ../nbs/14f_viewer.ipynb #8778f2c1

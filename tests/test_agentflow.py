@@ -10,9 +10,10 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from coa_lib.agentflow import (AF_KINDS, INVALID_TOOL, BackendPlanner, FlowLimits, FlowModules, FlowRole, FlowTool, Memory, MemoryStep,
-                               ModelPlanner, Verdict, flow_metrics, flow_prompt, is_tool_error, kv_generate, parse_decision, parse_tool,
+                               ModelPlanner, Verdict, flow_metrics, flow_prompt, is_tool_error, parse_decision, parse_tool,
                                parse_verdict_line, planner_sft_rows, read_memory, solve, tool_label)
 from coa_lib.llm import ScriptedBackend, build_tiny_qwen2
+from coa_lib.rollout import kv_generate
 from coa_lib.scripted_flow import FlowKnobs, FlowPrompt, ScriptedFlow, executor_call, read_flow_prompt, scripted_modules
 from coa_lib.tasks import make_task_suite
 from coa_lib.tokenizer import IM_END, build_tokenizer, tokenizer_texts

@@ -297,3 +297,42 @@ def test_parse_layers_reads_bottom_first() -> None:
     "parse_layers keeps the order of layers and modules as written."
     text = "intro\n```layers\nbase: a, b\n\ntop: c\n```\n"
     assert parse_layers(text) == [("base", ["a", "b"]), ("top", ["c"])]
+
+
+# Issue 26: the run/stage layer is the only one that resolves run directories and names the run's result files.
+RUN_DIR_MODULES = {"core", "run", "reproduce"}        # core defines resolve_run_dir; a Run resolves its dir once; reproduce is the batch's entry point
+RESULT_FILES = ("rl_results.json", "sft_results.json", "sft_game24.json", "sft_memorisation_gap.json", "sft_base.json",
+                "agentflow_results.json", "flow_grpo_results.json", "efficiency_results.json", "filter_report.json",
+                "selection.json", "teacher_flows.json", "offline_sft_rows.json")
+RUN_STAGE_MODULES = {"run", "stages", "flow_stages", "efficiency", "report", "viewer", "docs"}   # writers and readers of a run
+# Known exceptions, each a training function's own completion marker in its output folder (not yet in the artifact table):
+DONE_MARKERS = {"sft_done.json": {"sft", "flow_grpo"}, "rl_done.json": {"rl"}, "flow_grpo_done.json": {"flow_grpo"}}
+
+
+def _calls_of(tree: ast.AST, name: str) -> list[int]:
+    "Lines where `name(...)` is called (as a bare name or an attribute)."
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and ((isinstance(n.func, ast.Name) and n.func.id == name) or (isinstance(n.func, ast.Attribute) and n.func.attr == name))]
+
+
+def _string_literals(tree: ast.AST) -> list[tuple[str, int]]:
+    "Every string constant of `tree` (f-string parts included), with its line."
+    return [(n.value, n.lineno) for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def test_only_the_run_layer_resolves_run_dirs():
+    "`resolve_run_dir` is called by the run layer only: a stage takes a `Run` (or a path it turns into one) and never re-derives it."
+    found = {f"{m}:{line}" for m, p in _module_files(PKG_DIR).items() if m not in RUN_DIR_MODULES
+             for line in _calls_of(ast.parse(p.read_text(encoding="utf-8")), "resolve_run_dir")}
+    assert not found, f"resolve_run_dir called outside {sorted(RUN_DIR_MODULES)}: {sorted(found)}"
+
+
+def test_result_file_names_live_in_the_run_stage_layer():
+    "The run's result files are named only by the modules that write or read a run; training modules name only their own done-marker."
+    bad = []
+    for m, p in _module_files(PKG_DIR).items():
+        for s, line in _string_literals(ast.parse(p.read_text(encoding="utf-8"))):
+            if m not in RUN_STAGE_MODULES and any(f in s for f in RESULT_FILES): bad.append(f"{m}:{line}: {s!r}")
+            for marker, owners in DONE_MARKERS.items():
+                if marker in s and m not in RUN_STAGE_MODULES | owners: bad.append(f"{m}:{line}: {s!r}")
+    assert not bad, "result-file names outside the run/stage layer:\n" + "\n".join(bad)

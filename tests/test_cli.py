@@ -12,7 +12,7 @@ from coa_lib.filtering import SFT_SETS
 from coa_lib.rl import RLConfig
 
 REPO = Path(__file__).resolve().parents[1]
-STAGE_FUNCTIONS = ("run_teacher_stage", "teacher_eval", "build_sft_sets", "train_student", "rl_selection", "train_rl_student", "rl_evaluation")
+STAGE_FUNCTIONS = ("run_teacher_stage", "teacher_eval", "build_sft_sets", "train_student", "rl_selection", "train_rl_student", "run_rl_stage")
 TRAIN_RL_STUDENT = stages.train_rl_student                                          # the real one: the fixture replaces the module's
 PREPARED = [f"tasks_{s}" for s in SPLITS] + ["student_tokenizer", "teacher_traces", "teacher_eval"] + [f"distilled_{f}" for f in DISTILLERS] + list(SFT_SETS)
 
@@ -148,7 +148,7 @@ def test_every_stage_has_a_command_with_help_and_an_example():
 
 def test_a_flow_command_refuses_missing_upstream(tmp_path, capsys, monkeypatch):
     import coa_lib.flow_stages as fs
-    for name in ("planner_warm_start", "agentflow_evaluation", "flow_grpo_planner", "offline_sft_planner", "flow_grpo_ablations"):
+    for name in ("planner_warm_start", "run_agentflow_stage", "flow_grpo_planner", "offline_sft_planner", "flow_grpo_ablations"):
         monkeypatch.setattr(fs, name, lambda *a, **k: pytest.fail("a stage started"))
     rd = prepared_run(tmp_path / "run")                                                  # the CoA student is there, the warm start is not
     code, out = run(fs.main, ["flow-ablations", "--run-dir", rd], capsys)

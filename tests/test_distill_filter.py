@@ -10,7 +10,8 @@ from coa_lib.format import COA, DIRECT, REACT, parse_coa, validate_coa
 from coa_lib.llm import ScriptedBackend
 from coa_lib.tokenizer import build_tokenizer
 from coa_lib.mas import MASLimits, run_teacher, trace_calls
-from coa_lib.teacher import MistakeKnobs, scripted_backend
+from coa_lib.mas import MistakeKnobs
+from coa_lib.teacher import scripted_backend
 from coa_lib.tasks import make_task_suite
 
 

@@ -7,7 +7,8 @@ from hypothesis import given, settings, strategies as st
 from coa_lib.llm import ScriptedBackend
 from coa_lib.tokenizer import build_tokenizer, TokenCounter
 from coa_lib.mas import (DeadTools, MAS, MASLimits, parse_plan, parse_report, parse_review, parse_verdict, run_teacher, trace_calls)
-from coa_lib.teacher import MistakeKnobs, read_prompt, ScriptedTeacher, scripted_backend
+from coa_lib.mas import MistakeKnobs
+from coa_lib.teacher import read_prompt, ScriptedTeacher, scripted_backend
 from coa_lib.core import TASK_KINDS
 from coa_lib.tasks import make_task_suite
 

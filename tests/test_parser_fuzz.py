@@ -75,7 +75,8 @@ def distilled_seeds(tmp_dir) -> list[str]:
     from coa_lib.distill import trace_to_coa, trace_to_direct, trace_to_react
     from coa_lib.tokenizer import build_tokenizer
     from coa_lib.mas import run_teacher
-    from coa_lib.teacher import MistakeKnobs, scripted_backend
+    from coa_lib.mas import MistakeKnobs
+    from coa_lib.teacher import scripted_backend
     from coa_lib.tasks import make_task_suite
     tasks = [dict(t) for t in make_task_suite(n_per_kind=2, worlds_per_split=2, seed=5)]
     tok = build_tokenizer([t["question"] + " " + t["answer"] for t in tasks] * 5, vocab_size=600)

@@ -93,11 +93,12 @@ def test_learning_rate_follows_the_base_kind():
 
 def test_evaluation_in_bf16(tok):
     "A student evaluated in bf16 runs through the KV-cache engine (the `eval_dtype` of the SFT stage)."
+    from coa_lib.episode import Limits
     from coa_lib.evaluate import evaluate
     task = {"id": "t1", "kind": "multihop", "question": QUESTION, "answer": "Ana Vell", "meta": "{}"}
     policy = load_policy(build_tiny_qwen2(tok, "nano", seed=0), tok, dtype="bfloat16")
     assert next(policy.model.parameters()).dtype == torch.bfloat16
-    metrics, records = evaluate(policy, [task], max_turns=2, max_new_tokens=8, progress=False)
+    metrics, records = evaluate(policy, [task], progress=False, limits=Limits(max_turns=2, max_new_tokens=8))
     assert metrics["n_episodes"] == 1 and records.num_rows == 1
 
 

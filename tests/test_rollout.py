@@ -8,12 +8,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from coa_lib.format import ALL_TAGS, STOP_STRINGS, format_observation
 from coa_lib.llm import BackendError, build_tiny_qwen2, ScriptedBackend
 from coa_lib.tokenizer import build_tokenizer
-from coa_lib.episode import Episode, FinishReason
-from coa_lib.evaluate import evaluate, pass_at_k, summarize
+from coa_lib.episode import Episode, FinishReason, Limits
+from coa_lib.evaluate import evaluate, pass_at_k, summarize_episodes
 from coa_lib.rollout import naive_rollout, rollout
 from coa_lib.toy import toy_policy, toy_tasks, toy_texts, toy_world, ToyToolBox, ToyTrainConfig, train_toy_agent
 
-BUDGET = dict(max_turns=4, max_new_tokens=24, max_total_tokens=400)
+BUDGET = Limits(max_turns=4, max_new_tokens=24, max_total_tokens=400)
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +47,9 @@ def test_kv_engine_matches_naive_loop(agent, world, batch_size):
     model, tok = agent
     table, tasks = world
     stats = {}
-    fast = rollout((model, tok), tasks, toolbox=ToyToolBox(table), batch_size=batch_size, progress=False, stats=stats, **BUDGET)
+    fast = rollout((model, tok), tasks, toolbox=ToyToolBox(table), batch_size=batch_size, progress=False, stats=stats, limits=BUDGET)
     if batch_size > 1: assert stats["compactions"] >= 1   # refilled rows leave masked columns behind, compacted away
-    slow = naive_rollout(model, tok, tasks, toolbox=ToyToolBox(table), **BUDGET)
+    slow = naive_rollout(model, tok, tasks, toolbox=ToyToolBox(table), limits=BUDGET)
     assert [e.token_ids for e in fast] == [e.token_ids for e in slow]
     assert [e.trajectory for e in fast] == [e.trajectory for e in slow]
     assert [e.finish for e in fast] == [e.finish for e in slow]
@@ -66,7 +66,7 @@ def test_env_mask_marks_exactly_the_model_tokens(agent, world):
     model, tok = agent
     table, tasks = world
     eos = {tok.eos_token_id, *model.generation_config.eos_token_id}
-    for e in rollout((model, tok), tasks, toolbox=ToyToolBox(table), batch_size=4, progress=False, **BUDGET):
+    for e in rollout((model, tok), tasks, toolbox=ToyToolBox(table), batch_size=4, progress=False, limits=BUDGET):
         assert len(e.token_ids) == len(e.env_mask) == len(e.logprobs)
         model_ids = [t for t, m in zip(e.token_ids, e.env_mask) if m and t not in eos]
         env_ids = [t for t, m in zip(e.token_ids, e.env_mask) if not m]
@@ -82,7 +82,7 @@ def test_sampling_is_seeded_per_episode(agent, world):
     model, tok = agent
     table, tasks = world
     run = lambda bs, seed: rollout((model, tok), tasks[:5], toolbox=ToyToolBox(table), temperature=1.0, seed=seed,
-                                   batch_size=bs, progress=False, **BUDGET)
+                                   batch_size=bs, progress=False, limits=BUDGET)
     a, b = run(2, 7), run(5, 7)
     assert [e.token_ids for e in a] == [e.token_ids for e in b]   # independent of which episodes share the batch
     assert [e.token_ids for e in a] != [e.token_ids for e in run(2, 8)]
@@ -91,15 +91,15 @@ def test_sampling_is_seeded_per_episode(agent, world):
 def test_kv_budgets_truncate(agent, world):
     model, tok = agent
     table, tasks = world
-    short = rollout((model, tok), tasks[:3], toolbox=ToyToolBox(table), max_new_tokens=1, progress=False)
+    short = rollout((model, tok), tasks[:3], toolbox=ToyToolBox(table), progress=False, limits=Limits(max_new_tokens=1))
     for e in short:  # one token per turn: a lone tag cannot open and close a call, so no turn can go on
         assert e.turns == 1 and e.generated_tokens == 1
         assert e.finish in (FinishReason.TRUNCATED_LENGTH, FinishReason.NO_ACTION, FinishReason.INVALID_FORGED)
-    tiny = rollout((model, tok), tasks[:3], toolbox=ToyToolBox(table), max_total_tokens=60, progress=False)
+    tiny = rollout((model, tok), tasks[:3], toolbox=ToyToolBox(table), progress=False, limits=Limits(max_total_tokens=60))
     assert {e.finish for e in tiny} == {FinishReason.TRUNCATED_TOKENS}   # the prompt alone is longer than 60 tokens
     assert all(e.generated_tokens == 0 and e.turns == 0 for e in tiny)
     limit = max(e.prompt_tokens for e in tiny) + 3
-    for e in rollout((model, tok), tasks[:3], toolbox=ToyToolBox(table), max_total_tokens=limit, progress=False):
+    for e in rollout((model, tok), tasks[:3], toolbox=ToyToolBox(table), progress=False, limits=Limits(max_total_tokens=limit)):
         last_obs = len(tok.encode(format_observation(e.tool_calls[-1]["observation"]))) if e.tool_calls else 0
         assert len(e.token_ids) <= limit + last_obs   # only an observation may overshoot the budget, and it ends the episode
         assert e.finish in (FinishReason.TRUNCATED_TOKENS, FinishReason.ANSWER, FinishReason.NO_ACTION,
@@ -126,15 +126,14 @@ def test_turn_and_token_budgets_truncate(world):
     table, tasks = world
     two_hop = [t for t in tasks if json.loads(t["meta"])["hops"] == 2]
     teacher = ScriptedBackend(toy_policy(table, tasks))
-    eps = rollout(teacher, two_hop, toolbox=ToyToolBox(table), max_turns=2, progress=False)
+    eps = rollout(teacher, two_hop, toolbox=ToyToolBox(table), progress=False, limits=Limits(max_turns=2))
     assert {e.finish for e in eps} == {FinishReason.TRUNCATED_TURNS} and all(e.turns == 2 for e in eps)
-    full = rollout(teacher, two_hop, toolbox=ToyToolBox(table), max_turns=3, progress=False)
+    full = rollout(teacher, two_hop, toolbox=ToyToolBox(table), progress=False, limits=Limits(max_turns=3))
     assert {e.finish for e in full} == {FinishReason.ANSWER} and all(e.reward == 1.0 and e.valid for e in full)
-    eps = rollout(ScriptedBackend(_script("<think>" + "word " * 500)), tasks[:2], toolbox=ToyToolBox(table),
-                  max_new_tokens=50, max_total_tokens=10_000, progress=False)
+    eps = rollout(ScriptedBackend(_script("<think>" + "word " * 500)), tasks[:2], toolbox=ToyToolBox(table), progress=False, limits=Limits(max_new_tokens=50, max_total_tokens=10_000))
     assert {e.finish for e in eps} == {FinishReason.TRUNCATED_LENGTH}
     eps = rollout(ScriptedBackend(_script("<web_search>a b c</web_search>", "<web_search>d e f</web_search>")), tasks[:2],
-                  toolbox=ToyToolBox(table), max_total_tokens=40, progress=False)
+                  toolbox=ToyToolBox(table), progress=False, limits=Limits(max_total_tokens=40))
     assert {e.finish for e in eps} == {FinishReason.TRUNCATED_TOKENS}
 
 
@@ -142,8 +141,8 @@ def test_no_action_and_repeated_calls(world):
     table, tasks = world
     eps = rollout(ScriptedBackend(_script("I think it is 7.")), tasks[:1], toolbox=ToyToolBox(table), progress=False)
     assert eps[0].finish is FinishReason.NO_ACTION and "end of sequence" in eps[0].finish_detail
-    eps = rollout(ScriptedBackend(_script("<web_search>x</web_search>")), tasks[:1], toolbox=ToyToolBox(table), max_turns=3,
-                  progress=False)
+    eps = rollout(ScriptedBackend(_script("<web_search>x</web_search>")), tasks[:1], toolbox=ToyToolBox(table),
+                  progress=False, limits=Limits(max_turns=3))
     assert [c["observation"] for c in eps[0].tool_calls][1:] == ["(already searched)"] * 2
 
 
@@ -163,8 +162,7 @@ soup = st.lists(st.one_of(st.sampled_from(TAG_PIECES), st.text(max_size=12)), ma
 @given(st.lists(soup, min_size=1, max_size=6), st.integers(1, 5))
 def test_garbage_model_never_crashes(world, turns, max_turns):
     table, tasks = world
-    eps = rollout(ScriptedBackend(_script(*turns)), tasks[:2], toolbox=ToyToolBox(table), max_turns=max_turns,
-                  max_new_tokens=40, progress=False)
+    eps = rollout(ScriptedBackend(_script(*turns)), tasks[:2], toolbox=ToyToolBox(table), progress=False, limits=Limits(max_turns=max_turns, max_new_tokens=40))
     for e in eps:
         assert isinstance(e.finish, FinishReason) and 1 <= e.turns <= max_turns
         assert e.answer is None or isinstance(e.answer, str)
@@ -175,7 +173,7 @@ def test_garbage_model_never_crashes(world, turns, max_turns):
 def test_huge_and_empty_outputs(world):
     table, tasks = world
     for text in ("<think>" + "x" * 1_000_000, "", "<web_search></web_search>", "<code>" + "1+" * 50_000 + "1</code>"):
-        eps = rollout(ScriptedBackend(_script(text)), tasks[:1], toolbox=ToyToolBox(table), max_turns=2, progress=False)
+        eps = rollout(ScriptedBackend(_script(text)), tasks[:1], toolbox=ToyToolBox(table), progress=False, limits=Limits(max_turns=2))
         assert isinstance(eps[0].finish, FinishReason) and eps[0].answer is None
 
 
@@ -184,8 +182,7 @@ def test_garbage_tokens_from_a_random_model(world):
     table, tasks = world
     tok = build_tokenizer(toy_texts(n_worlds=10), vocab_size=600)
     model = build_tiny_qwen2(tok, size="nano", seed=3).eval()
-    eps = rollout((model, tok), tasks[:4], toolbox=ToyToolBox(table), temperature=1.5, seed=0, batch_size=2, progress=False,
-                  max_new_tokens=64, max_turns=3)
+    eps = rollout((model, tok), tasks[:4], toolbox=ToyToolBox(table), temperature=1.5, seed=0, batch_size=2, progress=False, limits=Limits(max_turns=3, max_new_tokens=64))
     assert all(isinstance(e.finish, FinishReason) and len(e.token_ids) == len(e.env_mask) for e in eps)
 
 
@@ -229,6 +226,6 @@ def test_summarize_token_means():
                    finish=FinishReason.ANSWER),
            Episode("b", "code", 0, "p", prompt_tokens=20, generated_tokens=8, observation_tokens=0, reward=0.0,
                    finish=FinishReason.TRUNCATED_TURNS)]
-    m = summarize(eps)
+    m = summarize_episodes(eps)
     assert m["mean_prompt_tokens"] == 15 and m["mean_generated_tokens"] == 6 and m["mean_observation_tokens"] == 3
     assert m["truncated_rate"] == 0.5 and m["by_kind"]["math"]["accuracy"] == 1.0 and m["by_kind"]["code"]["accuracy"] == 0.0

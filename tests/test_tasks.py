@@ -409,3 +409,14 @@ def test_build_task_splits_finds_its_artifacts(tmp_path):
     again = build_task_splits(tmp_path, cfg)
     assert ds_bytes(again["test"]) == ds_bytes(first["test"])
     assert (T.plot_task_stats(first, tmp_path / "f.png")).stat().st_size > 1000
+
+
+def test_task_difficulty_is_the_teacher_plan_length():
+    "`tasks.task_difficulty` (a property of the task) agrees with the scripted teacher's plan: hard at 3 steps or more."
+    from coa_lib.core import task_meta
+    from coa_lib.tasks import plan_length, task_difficulty
+    from coa_lib.teacher import plan_steps
+    suite = make_task_suite(TASK_KINDS, 12, "dev", seed=3, worlds_per_split=3)
+    for t in suite:
+        assert plan_length(t) == len(plan_steps({**t, "_meta": task_meta(t)})), t["id"]
+    assert {task_difficulty(t) for t in suite} == {"easy", "hard"}
