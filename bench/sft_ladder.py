@@ -12,7 +12,8 @@ its kind's (`coa_lib.tuning.default_lr`). `--base-steps N --base-reading 0.5` st
 pretrained on quote and reading rows. The learning rate is constant after warm-up (`--schedule`), so the points of a
 curve are comparable. Ablations: `--obs-weight 0.1` (observation tokens trained at 0.1 instead of masked), `--rows N`
 (epochs over N rows instead of one pass over fresh ones), `--kind-share multihop=0.3 ...` (each kind's share of a phase's
-tokens instead of the set's own mix; every kind of the phase, summing to 1). `--continues RUNG` goes on from another rung's final model
+tokens; every kind of the phase, summing to 1; default: the profile's `kind_shares` over the phase's kinds, `--own-mix`: the
+set's own mix, as every rung before `mix_nano_share_5M` trained). `--continues RUNG` goes on from another rung's final model
 (a fresh optimizer; the tokens it saw carry over into this curve).
 
     python bench/sft_ladder.py --run-dir runs/ladder --label mh_nano --phase multihop:1500000 --size nano
@@ -61,25 +62,15 @@ def parse_shares(specs: list[str] | None) -> dict[str, float]:
     return out
 
 
-def rows_by_share(rows, tok, kinds: tuple[str, ...], shares: dict[str, float], tokens: int, seed: int):
-    "Rows of `kinds` drawn so that each kind fills its share of `tokens` (a kind's rows repeat, reshuffled, if it has too few)."
-    from datasets import concatenate_datasets
-    if set(shares) != set(kinds) or abs(sum(shares.values()) - 1) > 1e-6:
-        raise SystemExit(f"--kind-share must give every kind of the phase {kinds} a share, summing to 1 (got {shares})")
-    parts = []
-    for i, kind in enumerate(kinds):
-        mine = rows.filter(lambda r: r["kind"] == kind)
-        lengths = [len(tok(r["prompt"] + r["completion"], add_special_tokens=False)["input_ids"]) for r in mine]
-        picked, total, rnd = [], 0, 0
-        while total < shares[kind] * tokens:
-            order = torch.randperm(len(lengths), generator=torch.Generator().manual_seed(seed * 1000 + i * 10 + rnd)).tolist()
-            for j in order:
-                if total >= shares[kind] * tokens: break
-                picked.append(j); total += lengths[j]
-            rnd += 1
-        print(f"  {kind}: {len(picked)} rows, {total / 1e6:.2f}M tokens ({rnd} pass{'es' if rnd > 1 else ''} over {len(lengths)} rows)", flush=True)
-        parts.append(mine.select(picked))
-    return concatenate_datasets(parts)
+def phase_shares(kinds: tuple[str, ...], given: dict[str, float], profile: dict[str, float] | None, own_mix: bool) -> dict[str, float] | None:
+    "A phase's kind shares: `--kind-share` as given, else the profile's over the phase's kinds (renormalised); None: the set's own mix."
+    if own_mix or (not given and not profile): return None
+    if given:
+        if set(given) != set(kinds): raise SystemExit(f"--kind-share must give every kind of the phase {kinds} a share (got {sorted(given)})")
+        return given
+    total = sum(profile.get(k, 0.0) for k in kinds)
+    if total == 0: return None
+    return {k: profile[k] / total for k in kinds if profile.get(k)}
 
 def run_rung(a) -> dict:
     from transformers import TrainerCallback
@@ -108,6 +99,7 @@ def run_rung(a) -> dict:
     dev_split = build_task_splits(rd, TaskConfig.for_profile(a.profile))["dev"]
     phases = [parse_phase(p) for p in a.phase]
     shares = parse_shares(a.kind_share)
+    if shares and a.own_mix: raise SystemExit("--kind-share and --own-mix exclude each other")
     cfg = replace(SFTStageConfig.for_profile(a.profile), size=a.size, lr=a.lr, batch_size=a.batch, max_len=a.max_len,
                   base=a.pretrained, tuning=a.tuning, train_layers=a.train_layers, lora_r=a.lora_r, eval_dtype=a.eval_dtype,
                   base_reading=a.base_reading,
@@ -115,7 +107,7 @@ def run_rung(a) -> dict:
                   logging_steps=10, obs_weight=a.obs_weight, seed=a.seed, lanes=1,
                   bf16=None if a.bf16 == "auto" else a.bf16 == "on")
     res = {"label": a.label, "size": a.size, "base": a.base, "phases": [{"kinds": list(k), "tokens": t} for k, t in phases],
-           "rows_cap": a.rows, "kind_shares": shares or None, "obs_weight": a.obs_weight, "config": asdict(cfg), "n_dev_per_kind": a.n_dev,
+           "rows_cap": a.rows, "obs_weight": a.obs_weight, "config": asdict(cfg), "n_dev_per_kind": a.n_dev,
            "learning_rate": cfg.learning_rate, "minutes_cap": a.minutes, "pretrained": a.pretrained,
            "load_avg_before": os.getloadavg()[0], "curve": [], "phases_done": []}
     out_json = OUT / f"{a.label}.json"
@@ -161,10 +153,10 @@ def run_rung(a) -> dict:
     t_start, minutes_offset = time.perf_counter(), 0.0
     for i, (kinds, tokens) in enumerate(phases):
         subset = rows.filter(lambda r: r["kind"] in kinds)
-        if shares: subset = rows_by_share(subset, tok, kinds, shares, tokens, a.seed + i)
         if a.rows: subset = subset.shuffle(seed=a.seed).select(range(min(a.rows, subset.num_rows)))
         dev = eval_tasks(dev_split, per_kind(kinds), kinds)
-        pcfg = replace(cfg, token_budget=tokens, seed=a.seed + i)
+        pcfg = replace(cfg, token_budget=tokens, seed=a.seed + i, kind_shares=phase_shares(kinds, shares, cfg.kind_shares, a.own_mix))
+        res["phases"][i]["kind_shares"] = pcfg.kind_shares
         if base is None and (a.base or a.base_steps):
             from transformers import AutoModelForCausalLM
             from coa_lib.stages import pretrain_base
@@ -325,6 +317,7 @@ def main():
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--kind-share", action="append", metavar="KIND=SHARE",
                     help="each kind's share of a phase's tokens (every kind of the phase, summing to 1), instead of the set's own mix")
+    ap.add_argument("--own-mix", action="store_true", help="train on the SFT set's own mix of kinds (the rungs before kind shares)")
     ap.add_argument("--plot", action="store_true", help="only plot the saved curves")
     ap.add_argument("--reevaluate", metavar="RUNG", default=None,
                     help="evaluate a finished rung's final model again with today's evaluation settings (e.g. a new turn budget); "

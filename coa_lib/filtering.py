@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_filter.ipynb #bf03f333
 from __future__ import annotations
-import re
+import itertools, random, re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +12,7 @@ from typing import Callable
 
 from datasets import Dataset
 
-from .core import check_profile, task_meta
+from .core import TASK_KINDS, check_profile, task_meta
 from .format import COA, OBSERVATION, ROLE_TAGS, TOOL_TAGS, parse_coa, validate_coa
 from .tokenizer import TokenCounter
 from .tools import ALREADY_CALLED, normalise_argument
@@ -20,7 +20,8 @@ from .tools import ALREADY_CALLED, normalise_argument
 # %% auto #0
 __all__ = ['RECOVERY_RE', 'ROW_STAGES', 'SFT_SETS', 'FilterConfig', 'steps_of', 'tool_calls_of', 'needed_tool_calls',
            'check_format', 'check_correct', 'check_complexity', 'is_recovery', 'action_key', 'quality_stage',
-           'progressive_filter', 'plot_funnel', 'tag_counts', 'plot_tags_and_lengths', 'make_sft_sets']
+           'progressive_filter', 'plot_funnel', 'tag_counts', 'plot_tags_and_lengths', 'make_sft_sets',
+           'check_kind_shares', 'kind_share_rows']
 
 # %% ../nbs/07_filter.ipynb #d2cd9f03
 @dataclass
@@ -185,3 +186,29 @@ def make_sft_sets(distilled: dict[str, Dataset], cfg: FilterConfig) -> tuple[dic
     sets = {"coa_sft": _rows_dataset(kept), "react_sft": _rows_dataset(twins["react"]), "direct_sft": _rows_dataset(twins["direct"]),
             "coa_sft_unfiltered": distilled["coa"]}
     return sets, report
+
+# %% ../nbs/07_filter.ipynb #25457133
+def check_kind_shares(shares: dict[str, float]) -> dict[str, float]:
+    "`shares` if it gives task kinds shares in (0, 1] summing to 1; else a ValueError that says what is wrong."
+    bad = [k for k, v in shares.items() if k not in TASK_KINDS or not 0 < v <= 1]
+    if bad: raise ValueError(f"kind_shares: {bad} are not task kinds {TASK_KINDS} with a share in (0, 1]")
+    if abs(sum(shares.values()) - 1) > 1e-6: raise ValueError(f"kind_shares must sum to 1, not {sum(shares.values()):g}: {shares}")
+    return shares
+
+def kind_share_rows(rows: Dataset, n_tokens: Callable[[dict], int], shares: dict[str, float], tokens: int, seed: int = 0) -> Dataset:
+    "Rows so that each task kind fills its share of `tokens` (`n_tokens` counts a row's): a kind's rows in a seeded random order, reshuffled and repeated if they run out."
+    check_kind_shares(shares)
+    kinds = rows["kind"]
+    missing, extra = sorted(set(shares) - set(kinds)), sorted(set(kinds) - set(shares))
+    if missing or extra: raise ValueError(f"kind_shares {shares} do not fit the rows: no rows of {missing}, no share for {extra}")
+    picked, size = [], {}
+    for kind, share in sorted(shares.items()):
+        mine, total = [j for j, k in enumerate(kinds) if k == kind], 0
+        for repeat in itertools.count():
+            for j in random.Random(f"{seed}/{kind}/{repeat}").sample(mine, len(mine)):
+                if total >= share * tokens: break
+                if j not in size: size[j] = n_tokens(rows[j])
+                picked.append(j); total += size[j]
+            if total >= share * tokens: break
+            if total == 0: raise ValueError(f"kind_shares: the {len(mine)} rows of {kind!r} have no tokens")
+    return rows.select(picked)

