@@ -362,11 +362,11 @@ def corpus_for_task(task: dict) -> Dataset | None:
 
 # %% ../nbs/01_tasks.ipynb #a96088ee
 def plan_length(task: dict) -> int:
-    "Steps a competent planner takes on `task`: one per run of gold lookups of the same page, plus one computation unless it is `multihop`."
+    "Steps a competent planner takes on `task`: one per run of gold lookups of the same page, plus one computation where a program decides (not `multihop`, not `comparison`)."
     pages = []
     for st in task_meta(task).get("path") or []:
         if st.get("tool") == "web_search" and (not pages or pages[-1] != st["page"]): pages.append(st["page"])
-    return len(pages) + (task["kind"] != "multihop")
+    return len(pages) + (task["kind"] not in ("multihop", "comparison"))
 
 def task_difficulty(task: dict) -> str:
     "'hard' when the plan has 3 or more steps (3-hop questions, lookups + computation), else 'easy'."
