@@ -25,9 +25,10 @@ from .tokenizer import load_tokenizer
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['CURVES', 'RLConfig', 'episode_reward', 'qa_judge_reward', 'trl_sample', 'informative', 'fill_groups', 'CoARollout',
-           'batch_stats', 'outcome_reward', 'grpo_args', 'dev_callback', 'build_rl_trainer', 'train_rl', 'rl_curves',
-           'plot_rl_curves', 'pass_rates', 'select_tasks', 'plot_pass_rates']
+__all__ = ['CURVES', 'RLConfig', 'episode_reward', 'qa_judge_reward', 'overlong_penalty', 'trl_sample', 'informative',
+           'fill_groups', 'CoARollout', 'batch_stats', 'outcome_reward', 'grpo_args', 'dev_callback', 'time_split',
+           'logprob_agreement', 'rl_trainer_class', 'build_rl_trainer', 'train_rl', 'rl_curves', 'plot_rl_curves',
+           'pass_rates', 'select_tasks', 'plot_pass_rates']
 
 # %% ../nbs/10_agentic_rl.ipynb #b296f082
 @dataclass
@@ -45,6 +46,12 @@ class RLConfig:
     epsilon_high: float = 0.28      # DAPO: clip high ("clip-higher")
     beta: float = 0.0               # DAPO: no KL term
     temperature: float = 1.0
+    mask_truncated: bool = False    # DAPO's overlong *filtering* (truncated episodes out of the loss); the published recipe punishes instead
+    overlong_share: float = 0.25    # DAPO's soft overlong punishment: an episode in the last quarter of its token budget ...
+    overlong_penalty: float = 1.0   # ... loses up to this much reward, linearly, all of it at the budget (DAPO: 4k of 20k; 0: off)
+    sampler_logprobs: bool = True   # old log-probs of off-policy minibatches from the sampler, not a second forward pass ...
+    logprob_check_every: int = 5    # ... checked against TRL's recompute every this many rollout batches (the first included) ...
+    logprob_tol: float = 1e-3       # ... and recomputed for the rest of the run once they differ by more than this on a trained token
     max_turns: int = 8
     max_new_tokens: int = TURN_TOKENS
     max_total_tokens: int = 2048
@@ -75,6 +82,13 @@ class RLConfig:
     @property
     def limits(self) -> Limits: return Limits(self.max_turns, self.max_new_tokens, self.max_total_tokens)   # of every rollout
 
+    @property
+    def overlong_buffer(self) -> int: return round(self.overlong_share * self.max_total_tokens)   # in tokens
+
+    def __post_init__(self):
+        if not 0 <= self.overlong_share < 1: raise ValueError(f"overlong_share must be in [0, 1): {self.overlong_share}")
+        if self.logprob_check_every < 1: raise ValueError(f"logprob_check_every must be >= 1: {self.logprob_check_every}")
+
 # %% ../nbs/10_agentic_rl.ipynb #8d00696c
 def episode_reward(ep: Episode) -> float:
     "The RL reward of an episode: its task score, 0 if it is invalid (a forged observation, a format problem)."
@@ -87,15 +101,21 @@ def qa_judge_reward(judge: Callable[[str, str, str | None], bool]) -> Callable[[
     return reward_fn
 
 # %% ../nbs/10_agentic_rl.ipynb #f9db425b
-def trl_sample(ep: Episode, mask_truncated: bool = True) -> dict:
-    "One episode as TRL wants it: the prompt ids, the completion ids exactly as generated and observed, their log-probs and env mask."
+def overlong_penalty(length: int, max_length: int, buffer: int, penalty: float = 1.0) -> float:
+    "DAPO's soft overlong punishment: 0 up to `max_length - buffer` tokens, then linearly down to `-penalty` at `max_length` and beyond."
+    if buffer <= 0: return 0.0
+    return -penalty * min(1.0, max(0, length - (max_length - buffer)) / buffer)
+
+def trl_sample(ep: Episode, mask_truncated: bool = False, max_length: int | None = None, buffer: int = 0, penalty: float = 1.0) -> dict:
+    "One episode as TRL wants it: prompt ids, completion ids as generated and observed, log-probs, env mask, reward (with DAPO's length penalty)."
     p = ep.prompt_len
     completion, mask = list(ep.token_ids[p:]), list(ep.env_mask[p:])
     if not completion: raise ValueError(f"task {ep.task_id!r}: the episode has no completion ({ep.finish}: {ep.finish_detail})")
     if ep.logprobs is None: raise ValueError(f"task {ep.task_id!r}: the episode has no log-probs (RL needs a local model)")
     if mask_truncated and ep.finish is not None and ep.finish.truncated: mask = [0] * len(mask)   # overlong filtering
+    shaped = overlong_penalty(len(ep.token_ids), max_length, buffer, penalty) if max_length else 0.0
     return {"prompt_ids": list(ep.token_ids[:p]), "completion_ids": completion, "logprobs": [float(x) for x in ep.logprobs[p:]],
-            "env_mask": mask, "reward": episode_reward(ep)}
+            "env_mask": mask, "reward": episode_reward(ep) + shaped}
 
 # %% ../nbs/10_agentic_rl.ipynb #176d2e9d
 def informative(rewards: Sequence[float]) -> bool:
@@ -137,6 +157,7 @@ class CoARollout:
         self.calls = 0
         self.history: list[dict] = []      # one row per rollout batch
         self.last: list[Episode] = []       # the episodes of the last batch, in the order returned
+        self.logprob_log: list[dict] = []  # one row per rollout batch: where its old log-probs came from (see `rl_trainer_class`)
 
     def prompts(self) -> list[str]: return list(self.by_prompt)
 
@@ -177,8 +198,10 @@ def __call__(self: CoARollout, prompts: list[str], trainer) -> dict:
         model.train(was_training)
     eps = [e for _, group in groups for e in group]
     self.last = eps
+    c = self.cfg
+    rows = [trl_sample(e, c.mask_truncated, c.max_total_tokens, c.overlong_buffer, c.overlong_penalty) for e in eps]
+    stats["overlong_penalty"] = sum(r["reward"] - episode_reward(e) for r, e in zip(rows, eps)) / len(eps)
     self.history.append(batch_stats(eps, stats, trainer.state.global_step, time.perf_counter() - t0))
-    rows = [trl_sample(e) for e in eps]
     out = {k: [r[k] for r in rows] for k in rows[0]}
     out["task_id"] = [e.task_id for e in eps]
     out["kind"] = [e.kind for e in eps]
@@ -200,7 +223,7 @@ def outcome_reward(prompts, completions, reward, **kwargs) -> list[float]:
 
 # %% ../nbs/10_agentic_rl.ipynb #8781380b
 def grpo_args(out_dir: Path, cfg: RLConfig, **overrides):
-    "TRL `GRPOConfig` with the DAPO settings of `cfg`: token-level loss, clip 0.2/0.28, no KL, our own overlong filtering."
+    "TRL `GRPOConfig` with the DAPO settings of `cfg`: token-level loss, clip 0.2/0.28, no KL (the overlong punishment is in our reward)."
     from trl import GRPOConfig
     per_step = cfg.group_size * cfg.groups_per_batch
     if per_step % cfg.minibatches: raise ValueError(f"{per_step} episodes per batch do not split into {cfg.minibatches} minibatches")
@@ -223,12 +246,12 @@ def dev_callback(tasks: list[dict], tokenizer, cfg: RLConfig, fmt: TagSet | str,
     class DevEval(TrainerCallback):
         def __init__(self): self.history: list[dict] = []
         def evaluate(self, model, step: int) -> dict:
-            was = model.training; model.eval()
+            was, t0 = model.training, time.perf_counter(); model.eval()
             try:
                 eps = rollout((model, tokenizer), tasks, toolbox=toolbox, fmt=fmt, reward_fn=reward_fn, progress=False, limits=cfg.limits)
             finally: model.train(was)
             row = {"step": step, "dev_accuracy": sum(map(is_correct, eps)) / len(eps),   # the evaluation harness's rule
-                   "dev_invalid": sum(not e.valid for e in eps) / len(eps)}
+                   "dev_invalid": sum(not e.valid for e in eps) / len(eps), "wall_s": time.perf_counter() - t0}
             self.history.append(row)
             return row
         def on_train_begin(self, args, state, control, model=None, **kw):
@@ -245,13 +268,13 @@ def _rl_state_callback(ro: CoARollout, dev):
         def on_save(self, args, state, control, **kw):
             if not state.is_world_process_zero: return
             ck = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            atomic_write_json(ck / "rl_state.json", {"rollout": ro.history, "dev": dev.history, "calls": ro.calls,
+            atomic_write_json(ck / "rl_state.json", {"rollout": ro.history, "dev": dev.history, "calls": ro.calls, "logprobs": ro.logprob_log,
                                                       "rng": repr(ro.rng.getstate())})
     return RLState()
 
 def _restore_rl_state(ck: Path, ro: CoARollout, dev) -> None:
     s = read_json(ck / "rl_state.json")
-    ro.history, dev.history, ro.calls = s["rollout"], s["dev"], s["calls"]
+    ro.history, dev.history, ro.calls, ro.logprob_log = s["rollout"], s["dev"], s["calls"], s.get("logprobs", [])
     ro.rng.setstate(ast.literal_eval(s["rng"]))
 
 # %% ../nbs/10_agentic_rl.ipynb #96bddd84
@@ -289,17 +312,71 @@ def _quiet_trl():
             yield
     finally: tb.removeFilter(_no_none_scalar_notice)
 
+# %% ../nbs/10_agentic_rl.ipynb #a44590af
+def time_split(ro: CoARollout, dev, wall_s: float, since: tuple[int, int, int] = (0, 0, 0)) -> dict:
+    "Where this process's RL wall time went: rollouts, batch preparation (old log-probs when recomputed), dev evaluations, the rest (updates)."
+    hist, devs, log = ro.history[since[0]:], dev.history[since[1]:], ro.logprob_log[since[2]:]   # a resumed run: this process's rows
+    rollout_s, prepare_s, dev_s = sum(h["wall_s"] for h in hist), sum(r["prepare_s"] for r in log), sum(r["wall_s"] for r in devs)
+    checks = [r for r in ro.logprob_log if "agree" in r]
+    return {"wall_s": wall_s, "rollout_s": rollout_s, "prepare_s": prepare_s, "dev_s": dev_s,
+            "update_s": wall_s - rollout_s - prepare_s - dev_s,
+            "old_logprobs": {src: sum(r["source"] == src for r in ro.logprob_log) for src in ("sampler", "recomputed", "on-policy")},   # every batch,
+            "logprob_max_abs_diff": max((r["max_abs_diff"] for r in checks), default=None)}
+
+# %% ../nbs/10_agentic_rl.ipynb #a7b28b98
+@contextmanager
+def _old_logprobs_skipped(args):
+    "TRL recomputes old log-probs when generation and optimizer steps are misaligned (`steps_per_generation` > 1); this says they are aligned."
+    spg = args.steps_per_generation
+    args.steps_per_generation = 1
+    try: yield
+    finally: args.steps_per_generation = spg
+
+def logprob_agreement(batch: dict) -> dict:
+    "How far the sampler's log-probs are from TRL's recomputed old log-probs, over the trained tokens of `batch`."
+    mask = batch["completion_mask"].bool()
+    if "tool_mask" in batch: mask &= batch["tool_mask"].bool()
+    d = (batch["old_per_token_logps"] - batch["sampling_per_token_logps"]).abs()[mask]
+    if not d.numel(): return {"max_abs_diff": 0.0, "mean_abs_diff": 0.0, "tokens": 0}
+    return {"max_abs_diff": d.max().item(), "mean_abs_diff": d.mean().item(), "tokens": int(d.numel())}
+
+def rl_trainer_class():
+    "TRL's `GRPOTrainer`, taking old log-probs from the sampler (`RLConfig.sampler_logprobs`), checked against TRL's recompute every few batches."
+    from trl import GRPOTrainer
+    class SamplerLogprobsTrainer(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            ro = self.rollout_func
+            cfg, log = ro.cfg, ro.logprob_log
+            trusted = cfg.sampler_logprobs and all(r["agree"] for r in log if "agree" in r)
+            check, t0 = not trusted or len(log) % cfg.logprob_check_every == 0, time.perf_counter()
+            if check: out = super()._generate_and_score_completions(inputs)
+            else:
+                with _old_logprobs_skipped(self.args): out = super()._generate_and_score_completions(inputs)
+            row = {"batch": len(log), "step": self.state.global_step, "prepare_s": time.perf_counter() - t0 - ro.history[-1]["wall_s"]}
+            if check and "old_per_token_logps" in out:      # TRL recomputed them: compare with the sampler's
+                row.update(logprob_agreement(out), source="recomputed")
+                row["agree"] = row["max_abs_diff"] <= cfg.logprob_tol
+                if trusted and not row["agree"]:
+                    warnings.warn(f"sampler and trainer log-probs differ by {row['max_abs_diff']:.2e} > logprob_tol={cfg.logprob_tol} "
+                                  f"(rollout batch {row['batch']}): old log-probs are recomputed for the rest of the run")
+            elif not check:
+                out["old_per_token_logps"] = out["sampling_per_token_logps"]
+                row["source"] = "sampler"
+            else: row["source"] = "on-policy"              # one minibatch per rollout batch: TRL needs no old log-probs
+            log.append(row)
+            return out
+    return SamplerLogprobsTrainer
+
 # %% ../nbs/10_agentic_rl.ipynb #63554634
 def build_rl_trainer(model, tokenizer, tasks: Sequence[dict], dev_tasks: Sequence[dict], out_dir, cfg: RLConfig,
                      fmt: TagSet | str = COA, reward_fn=None, toolbox=None, **args):
-    "TRL's `GRPOTrainer` with our rollout function, DAPO settings, the dev callback and resumable state; (trainer, rollout, dev)."
+    "TRL's `GRPOTrainer` (sampler log-probs) with our rollout function, DAPO settings, the dev callback and resumable state; (trainer, rollout, dev)."
     from transformers import PrinterCallback
-    from trl import GRPOTrainer
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")     # rollout_func is marked experimental in TRL 1.16
     ro = CoARollout(tasks, tokenizer, cfg, fmt, reward_fn, toolbox)
     dev = dev_callback(list(dev_tasks), tokenizer, cfg, ro.fmt, cfg.dev_every * cfg.minibatches, reward_fn, toolbox)
     with _quiet_trl():
-        trainer = GRPOTrainer(model=model, reward_funcs=[outcome_reward], args=grpo_args(Path(out_dir), cfg, **args),
+        trainer = rl_trainer_class()(model=model, reward_funcs=[outcome_reward], args=grpo_args(Path(out_dir), cfg, **args),
                               train_dataset=Dataset.from_dict({"prompt": ro.prompts()}), processing_class=tokenizer,
                               rollout_func=ro, callbacks=[dev, _rl_state_callback(ro, dev), _progress_callback(ro, dev)])
     trainer.remove_callback(PrinterCallback)      # TRL's per-step log lines: the curves hold them, the bar shows progress
@@ -308,7 +385,7 @@ def build_rl_trainer(model, tokenizer, tasks: Sequence[dict], dev_tasks: Sequenc
 # %% ../nbs/10_agentic_rl.ipynb #caca273b
 def train_rl(policy, tasks: Sequence[dict], dev_tasks: Sequence[dict], out_dir, config: RLConfig | None = None, tokenizer=None,
              fmt: TagSet | str = COA, reward_fn: Callable[[dict, str | None], float] | None = None, toolbox=None) -> Path:
-    "DAPO on `tasks` from the model at `policy` (an HF path, or a model with `tokenizer`); the saved model's dir, with its curves."
+    "DAPO on `tasks` from the model at `policy` (an HF path, or a model with `tokenizer`); the saved model's dir, with its curves and time split."
     from transformers import AutoModelForCausalLM
     cfg, out_dir = config or RLConfig(), Path(out_dir)
     done = out_dir / "rl_done.json"
@@ -322,6 +399,7 @@ def train_rl(policy, tasks: Sequence[dict], dev_tasks: Sequence[dict], out_dir, 
     trainer, ro, dev = build_rl_trainer(model, tokenizer, tasks, dev_tasks, out_dir, cfg, fmt, reward_fn, toolbox)
     resume = last_checkpoint(out_dir)
     if resume is not None: _restore_rl_state(resume, ro, dev)
+    since = (len(ro.history), len(dev.history), len(ro.logprob_log))
     t0 = time.perf_counter()
     with _quiet_trl(): trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     trainer.save_model(str(out_dir))
@@ -331,8 +409,8 @@ def train_rl(policy, tasks: Sequence[dict], dev_tasks: Sequence[dict], out_dir, 
         atomic_write_json(out_dir / "rl_curves.json", curves)
         plot_rl_curves(curves, out_dir / "rl_curves.png")
         atomic_write_json(done, {"config": asdict(cfg), "global_step": trainer.state.global_step, "tasks": len(ro.tasks),
-                                 "episodes": sum(h["episodes"] for h in ro.history), "rollout_s": sum(h["wall_s"] for h in ro.history),
-                                 "wall_s": time.perf_counter() - t0, "resumed_from": resume.name if resume else None})
+                                 "episodes": sum(h["episodes"] for h in ro.history), **time_split(ro, dev, time.perf_counter() - t0, since),
+                                 "resumed_from": resume.name if resume else None})
     trainer.accelerator.wait_for_everyone()
     return out_dir
 

@@ -8,7 +8,7 @@ import torch
 from coa_lib.core import read_json
 from coa_lib.episode import Episode, FinishReason
 from coa_lib.rl import (RLConfig, build_rl_trainer, episode_reward, fill_groups, pass_rates, select_tasks, train_rl,
-                        trl_sample)
+                        overlong_penalty, trl_sample)
 from coa_lib.toy import ToyToolBox, ToyTrainConfig, build_toy_agent, toy_tasks, toy_world
 
 CFG = dict(group_size=4, groups_per_batch=2, minibatches=2, rollout_batches=1, max_turns=3, max_new_tokens=24,
@@ -154,17 +154,19 @@ def test_forged_observation_scores_zero(agent, world, tmp_path):
     finally:
         hook.remove()
     assert {e.finish for e in ro.last} == {FinishReason.INVALID_FORGED}
-    assert out["reward"] == [0.0] * cfg.group_size
+    shaped = [overlong_penalty(len(e.token_ids), cfg.max_total_tokens, cfg.overlong_buffer, cfg.overlong_penalty) for e in ro.last]
+    assert out["reward"] == shaped and all(r <= 0 for r in shaped)      # no task reward; only DAPO's length penalty, if any
     forged = Episode("x", "math", 0, "p", answer="4", reward=1.0, finish=FinishReason.INVALID_FORGED)
     assert episode_reward(forged) == 0.0
 
 
-def test_truncated_episodes_are_masked_out():
+def test_truncated_episodes_are_masked_out_only_with_overlong_filtering():
     ep = Episode("x", "math", 0, "p", token_ids=[1, 2, 3, 4, 5], env_mask=[0, 0, 1, 0, 1], logprobs=[0, 0, -1.0, 0, -2.0],
                  finish=FinishReason.TRUNCATED_TURNS)
-    s = trl_sample(ep)
+    s = trl_sample(ep, mask_truncated=True)
     assert s["completion_ids"] == [3, 4, 5] and s["env_mask"] == [0, 0, 0]
-    assert trl_sample(ep, mask_truncated=False)["env_mask"] == [1, 0, 1]
+    assert trl_sample(ep)["env_mask"] == [1, 0, 1]                       # DAPO's published recipe: no filtering ...
+    assert trl_sample(ep, max_length=6, buffer=4)["reward"] == -0.75     # ... the soft overlong punishment instead (5 of 6 tokens)
 
 
 def test_selection_keeps_sometimes_solved_tasks(agent, world):
