@@ -19,7 +19,9 @@ from .evaluate import eval_tasks
 from .flow_grpo import (FlowGRPOConfig, default_modules, model_fingerprint, plot_planner_comparison, plot_tool_usage,
                                plot_turn_budget, train_flow_grpo)
 from .sft import SFTStageConfig, train_sft
-from .stages import AFM_COMMANDS, build_task_splits, sft_student, student_tokenizer
+from .stage_prepare import build_task_splits, student_tokenizer
+from .stage_sft import sft_student
+from .stages import AFM_COMMANDS
 from .tasks import TaskConfig
 from .tokenizer import load_tokenizer
 

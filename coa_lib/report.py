@@ -77,7 +77,7 @@ def student_comparison(rd: Path, a: str, b: str) -> tuple[dict, str, str]:
         return s["comparisons"][f"{a}-{b}"], over, SEEDS_FILE
     from datasets import load_from_disk
     from coa_lib.evaluate import paired_records
-    from coa_lib.stages import sft_eval_name
+    from coa_lib.stage_sft import sft_eval_name
     paths = [rd / sft_eval_name(s) / "records" for s in (a, b)]
     for path in paths:
         if not path.exists(): raise FileNotFoundError(2, "no evaluation records", str(path))   # errno 2: ENOENT

@@ -17,7 +17,8 @@ from .efficiency import SYSTEMS
 from .flow_stages import LABELS as FLOW_LABELS
 from .format import OBSERVATION, TOOL_TAGS, parse_coa
 from .mas import Role
-from .stages import RL_EVAL_NAMES, sft_eval_name
+from .stage_rl import RL_EVAL_NAMES
+from .stage_sft import sft_eval_name
 
 # %% auto #0
 __all__ = ['ENV_LABEL', 'VIEWER_CSS', 'VIEWER_JS', 'BULKY', 'WORKERS', 'FLOW_NOTE', 'Records', 'PRINCIPAL', 'COMPARISONS',

@@ -304,7 +304,8 @@ RUN_DIR_MODULES = {"core", "run", "reproduce"}        # core defines resolve_run
 RESULT_FILES = ("rl_results.json", "sft_results.json", "sft_game24.json", "sft_memorisation_gap.json", "sft_base.json",
                 "agentflow_results.json", "flow_grpo_results.json", "efficiency_results.json", "filter_report.json",
                 "selection.json", "teacher_flows.json", "offline_sft_rows.json")
-RUN_STAGE_MODULES = {"run", "stages", "flow_stages", "efficiency", "report", "viewer", "docs"}   # writers and readers of a run
+RUN_STAGE_MODULES = {"run", "stage_prepare", "stage_sft", "stage_rl", "stages", "flow_stages", "efficiency",   # writers of a run (one module per stage)
+                     "report", "viewer", "docs"}                                                             # and its readers
 # Known exceptions, each a training function's own completion marker in its output folder (not yet in the artifact table):
 DONE_MARKERS = {"sft_done.json": {"sft", "flow_grpo"}, "rl_done.json": {"rl"}, "flow_grpo_done.json": {"flow_grpo"}}
 

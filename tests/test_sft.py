@@ -129,7 +129,7 @@ def test_bad_rows_are_named(tok):
 
 def test_run_in_lanes_keeps_job_order_and_raises_worker_errors():
     import operator
-    from coa_lib.stages import run_in_lanes
+    from coa_lib.stage_sft import run_in_lanes
     assert run_in_lanes(operator.add, [(1, 2), (3, 4), (5, 6)], lanes=2, threads=1) == [3, 7, 11]
     assert run_in_lanes(operator.add, [(1, 2), (3, 4)], lanes=1) == [3, 7]
     with pytest.raises(TypeError):

@@ -13,7 +13,7 @@ from coa_lib.core import atomic_write_json, save_dataset
 from coa_lib.episode import Episode, FinishReason
 from coa_lib.evaluate import records_dataset
 from coa_lib.format import parse_coa
-from coa_lib.stages import RL_EVAL_NAMES
+from coa_lib.stage_rl import RL_EVAL_NAMES
 from coa_lib.viewer import ENV_LABEL, ViewerConfig, episode_nav, find_systems, outcome_of
 
 REPO = Path(__file__).resolve().parents[1]
