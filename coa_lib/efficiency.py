@@ -13,7 +13,7 @@ from .core import Outcome, accuracy_text, atomic_write_json, atomic_write_text, 
 from .run import Run, as_run
 from .evaluate import eval_tasks, summarize
 from .flow_grpo import FlowGRPOConfig
-from .flow_stages import flow_grpo_ablations
+from .stage_flow_grpo import flow_grpo_ablations
 from .rl import RLConfig
 from .sft import SFTStageConfig
 from .mas import TeacherConfig

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .cli import config_changes
-from .core import TASK_KINDS, accuracy_text, atomic_write_json, config_json, launched_processes, pct, read_json
+from .core import TASK_KINDS, accuracy_text, atomic_write_json, atomic_write_text, config_json, launched_processes, pct, read_json
 from .evaluate import eval_tasks
 from .format import COA
 from .llm import load_policy
@@ -22,7 +22,7 @@ from .stage_sft import evaluate_students, sft_student, student_named
 from .tokenizer import load_tokenizer
 
 # %% auto #0
-__all__ = ['RL_EVAL_NAMES', 'rl_selection', 'train_rl_student', 'run_rl_stage', 'rl_report']
+__all__ = ['RL_EVAL_NAMES', 'rl_selection', 'train_rl_student', 'rl_report', 'run_rl_stage']
 
 # %% ../nbs/10_agentic_rl.ipynb #c960d0f0
 RL_EVAL_NAMES = {"coa_sft": "rl_eval/sft_test", "coa_rl": "rl_eval/rl_test"}   # `10_agentic_rl`: the CoA student before and after RL
@@ -70,27 +70,6 @@ def train_rl_student(run: Run | str | os.PathLike | None, cfg: RLConfig) -> Path
     dev = eval_tasks(build_task_splits(run.dir, run.tasks)["dev"], cfg.n_dev)
     return train_rl(sft_student(run, cfg.profile), tasks, dev, _rl_dir(run) / "coa_rl", cfg)
 
-# %% ../nbs/10_agentic_rl.ipynb #b7a3f6d4
-def run_rl_stage(run: Run | str | os.PathLike | None, cfg: RLConfig) -> dict:
-    "The RL stage: data selection and RL training (each found or built), then SFT vs SFT+RL on test and the selected tasks' pass rates after RL; `rl_results.json`."
-    run = as_run(run, cfg.profile)
-    rd, sft_cfg = run.dir, run.sft
-    rl_dir, coa = train_rl_student(run, cfg), student_named("coa")
-    test_set = eval_tasks(build_task_splits(rd, run.tasks)["test"], sft_cfg.n_eval)   # 09's test tasks
-    models = {"coa_sft": sft_student(run, cfg.profile), "coa_rl": rl_dir}
-    found = evaluate_students([(models[k], coa, test_set, RL_EVAL_NAMES[k]) for k in models], run, sft_cfg)
-    sel = rl_selection(run, cfg)
-    before = [r for r in sel["rates"] if r["id"] in set(sel["selected"])]          # the RL data, before and after
-    after = pass_rates(load_policy(rl_dir), _tasks_by_id(run, "train", sel["selected"]), cfg.select_k, cfg, COA,
-                       seed=cfg.seed + 1)
-    plot_pass_rates(before, after, rd / "figures" / "rl_pass_rates.png")
-    out = {"profile": cfg.profile, "config": asdict(cfg), "n_test_tasks": len(test_set),
-           "metrics": {k: found[RL_EVAL_NAMES[k]] for k in models},
-           "selection": {"pool": len(sel["pool"]), "selected": len(sel["selected"])}, "rates_before": before, "rates_after": after,
-           "curves": read_json(rl_dir / "rl_curves.json"), "training": read_json(rl_dir / "rl_done.json")}
-    atomic_write_json(rd / "rl_results.json", out)
-    return out
-
 # %% ../nbs/10_agentic_rl.ipynb #80ebefae
 def _mean_rate(rows: Sequence[dict]) -> float: return sum(r["rate"] for r in rows) / max(1, len(rows))
 
@@ -125,3 +104,25 @@ def rl_report(run_dir) -> str:
     for name, pts in curves.items():
         if pts: out.append(f"| {name} | {pts[0][1]:.3f} | {pts[-1][1]:.3f} |")
     return "\n".join(out) + "\n"
+
+# %% ../nbs/10_agentic_rl.ipynb #b7a3f6d4
+def run_rl_stage(run: Run | str | os.PathLike | None, cfg: RLConfig) -> dict:
+    "The RL stage: data selection and RL training (each found or built), then SFT vs SFT+RL on test and the selected tasks' pass rates after RL; `rl_results.json` and `report/10_agentic_rl.md`."
+    run = as_run(run, cfg.profile)
+    rd, sft_cfg = run.dir, run.sft
+    rl_dir, coa = train_rl_student(run, cfg), student_named("coa")
+    test_set = eval_tasks(build_task_splits(rd, run.tasks)["test"], sft_cfg.n_eval)   # 09's test tasks
+    models = {"coa_sft": sft_student(run, cfg.profile), "coa_rl": rl_dir}
+    found = evaluate_students([(models[k], coa, test_set, RL_EVAL_NAMES[k]) for k in models], run, sft_cfg)
+    sel = rl_selection(run, cfg)
+    before = [r for r in sel["rates"] if r["id"] in set(sel["selected"])]          # the RL data, before and after
+    after = pass_rates(load_policy(rl_dir), _tasks_by_id(run, "train", sel["selected"]), cfg.select_k, cfg, COA,
+                       seed=cfg.seed + 1)
+    plot_pass_rates(before, after, rd / "figures" / "rl_pass_rates.png")
+    out = {"profile": cfg.profile, "config": asdict(cfg), "n_test_tasks": len(test_set),
+           "metrics": {k: found[RL_EVAL_NAMES[k]] for k in models},
+           "selection": {"pool": len(sel["pool"]), "selected": len(sel["selected"])}, "rates_before": before, "rates_after": after,
+           "curves": read_json(rl_dir / "rl_curves.json"), "training": read_json(rl_dir / "rl_done.json")}
+    atomic_write_json(rd / "rl_results.json", out)
+    atomic_write_text(rd / "report" / "10_agentic_rl.md", rl_report(rd))
+    return out

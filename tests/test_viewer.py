@@ -36,7 +36,7 @@ def _episodes(n: int) -> list[Episode]:
 def run(tmp_path_factory) -> Path:
     "A run dir with the records of four systems, written by the functions the stages use."
     from coa_lib.agentflow import solve
-    from coa_lib.flow_stages import _compact
+    from coa_lib.stage_agentflow import _compact
     from coa_lib.mas import run_teacher
     from coa_lib.scripted_flow import scripted_modules
     from coa_lib.tasks import make_task_suite
