@@ -24,9 +24,9 @@ def main():
     import torch
     from transformers import AutoModelForCausalLM
     from coa_lib.core import atomic_write_json
-    from coa_lib.stages import student_tokenizer
+    from coa_lib.stage_prepare import student_tokenizer
     from coa_lib.sft import copy_token_losses
-    from coa_lib.stages import held_out_dev_rows
+    from coa_lib.stage_sft import held_out_dev_rows
     torch.set_num_threads(2)
     models = a.models or sorted(str(p.parent) for p in Path(a.run_dir).glob("sft/*/model.safetensors"))
     if not models: raise SystemExit(f"no saved models given or found under {a.run_dir}/sft")

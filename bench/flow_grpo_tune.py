@@ -11,7 +11,8 @@ from pathlib import Path
 from coa_lib.agentflow import AgentFlowConfig
 from coa_lib.core import atomic_write_json, read_json
 from coa_lib.flow_grpo import FlowGRPOConfig, train_flow_grpo
-from coa_lib.flow_stages import agentflow_tasks, flow_eval, flow_grpo_pool, planner_warm_start
+from coa_lib.stage_agentflow import agentflow_tasks, flow_eval, planner_warm_start
+from coa_lib.stage_flow_grpo import flow_grpo_pool
 
 OUT = Path(__file__).parent / "results" / "flow_grpo_tune.json"
 CASTS = {"lr": float, "steps": int, "epsilon_high": float, "beta": float, "minibatches": int, "max_turns": int, "temperature": float}

@@ -69,14 +69,15 @@ def phase_shares(kinds: tuple[str, ...], given: dict[str, float], profile: dict[
 def run_rung(a) -> dict:
     from transformers import TrainerCallback
     from coa_lib.core import atomic_write_json, resolve_run_dir
-    from coa_lib.stages import build_sft_sets
+    from coa_lib.stage_prepare import build_sft_sets
     from coa_lib.llm import build_tiny_qwen2, load_policy
-    from coa_lib.stages import student_tokenizer
+    from coa_lib.stage_prepare import student_tokenizer
     from coa_lib.evaluate import evaluate
     from coa_lib.evaluate import eval_tasks
     from coa_lib.sft import copy_token_losses, SFTStageConfig, train_sft
-    from coa_lib.stages import held_out_dev_rows
-    from coa_lib.stages import build_task_splits, rows_for_tokenizer
+    from coa_lib.stage_sft import held_out_dev_rows
+    from coa_lib.stage_prepare import build_task_splits
+    from coa_lib.stage_sft import rows_for_tokenizer
     from coa_lib.tasks import TaskConfig
     from coa_lib.tuning import WallClockBudget
     from coa_lib.pretrained import resolve_base
@@ -153,7 +154,7 @@ def run_rung(a) -> dict:
         res["phases"][i]["kind_shares"] = pcfg.kind_shares
         if base is None and (a.base or a.base_steps):
             from transformers import AutoModelForCausalLM
-            from coa_lib.stages import pretrain_base
+            from coa_lib.stage_sft import pretrain_base
             if a.base_steps:          # the stage's base model at this size (quote and reading rows), built once per size, steps and mix
                 kind = f"reading{a.base_reading:g}_" if a.base_reading else "quote_"
                 a.base = str(pretrain_base(rd, replace(cfg, base_steps=a.base_steps, base_threads=a.threads),
@@ -191,7 +192,7 @@ def reevaluate(a) -> dict:
     from coa_lib.core import atomic_write_json, resolve_run_dir
     from coa_lib.evaluate import eval_tasks
     from coa_lib.sft import SFTStageConfig
-    from coa_lib.stages import build_task_splits, student_tokenizer
+    from coa_lib.stage_prepare import build_task_splits, student_tokenizer
     from coa_lib.tasks import TaskConfig
     from coa_lib.tokenizer import load_tokenizer
     torch.set_num_threads(a.threads)
@@ -297,7 +298,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--base", default=None, help="start from this saved model (e.g. a pretrained one) instead of a fresh --size model")
-    ap.add_argument("--base-steps", type=int, default=0, help="start from the stage's base model (coa_lib.stages.pretrain_base) with these quote steps")
+    ap.add_argument("--base-steps", type=int, default=0, help="start from the stage's base model (coa_lib.stage_sft.pretrain_base) with these quote steps")
     ap.add_argument("--continues", default=None, help="go on training this rung's final model (its tokens seen carry over)")
     ap.add_argument("--minutes", type=float, default=None, help="cap each phase's training at this many minutes (evaluation excluded)")
     ap.add_argument("--pretrained", default=None, help="start from a pretrained model: a coa_lib.pretrained.WHEEL_MODELS name or an HF path")

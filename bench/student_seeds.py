@@ -24,7 +24,7 @@ PAIRS = (("coa", "react"), ("coa", "coa_unfiltered"))
 def seed_students(run_dir: Path, profile: str, seed: int) -> dict[str, Path]:
     "The three students trained at `seed` (the stage's own at seed 0)."
     from coa_lib.sft import SFTStageConfig
-    from coa_lib.stages import student_named, train_students
+    from coa_lib.stage_sft import student_named, train_students
     cfg = replace(SFTStageConfig.for_profile(profile), seed=seed)
     students = [student_named(n) for n in COMPARED]
     if seed == 0: return train_students(run_dir, cfg, students)
@@ -35,7 +35,8 @@ def evaluations(run_dir: Path, profile: str, seed: int, paths: dict[str, Path]) 
     "{student: {task id: correct}} on the SFT stage's test tasks, evaluated once (found again by name)."
     from coa_lib.evaluate import eval_tasks, per_task_correct
     from coa_lib.sft import SFTStageConfig
-    from coa_lib.stages import build_task_splits, eval_records, evaluate_students, sft_eval_name, student_named
+    from coa_lib.stage_prepare import build_task_splits
+    from coa_lib.stage_sft import eval_records, evaluate_students, sft_eval_name, student_named
     from coa_lib.tasks import TaskConfig
     cfg = SFTStageConfig.for_profile(profile)
     tasks = eval_tasks(build_task_splits(run_dir, TaskConfig.for_profile(profile))["test"], cfg.n_eval)

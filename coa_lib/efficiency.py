@@ -13,12 +13,13 @@ from .core import Outcome, accuracy_text, atomic_write_json, atomic_write_text, 
 from .run import Run, as_run
 from .evaluate import eval_tasks, summarize
 from .flow_grpo import FlowGRPOConfig
-from .flow_stages import flow_grpo_ablations
+from .stage_flow_grpo import flow_grpo_ablations
 from .rl import RLConfig
 from .sft import SFTStageConfig
 from .mas import TeacherConfig
-from .stages import (RL_EVAL_NAMES, build_task_splits, evaluate_students, run_rl_stage, sft_eval_name,
-                            student_named, teacher_eval, train_students)
+from .stage_rl import RL_EVAL_NAMES, run_rl_stage
+from .stage_prepare import build_task_splits, teacher_eval
+from .stage_sft import evaluate_students, sft_eval_name, student_named, train_students
 from .tasks import TaskConfig
 
 # %% auto #0

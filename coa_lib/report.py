@@ -77,7 +77,7 @@ def student_comparison(rd: Path, a: str, b: str) -> tuple[dict, str, str]:
         return s["comparisons"][f"{a}-{b}"], over, SEEDS_FILE
     from datasets import load_from_disk
     from coa_lib.evaluate import paired_records
-    from coa_lib.stages import sft_eval_name
+    from coa_lib.stage_sft import sft_eval_name
     paths = [rd / sft_eval_name(s) / "records" for s in (a, b)]
     for path in paths:
         if not path.exists(): raise FileNotFoundError(2, "no evaluation records", str(path))   # errno 2: ENOENT
@@ -89,9 +89,12 @@ def _paired(c: dict) -> str:
     return f"{_pts(c['diff'])} [{100 * lo:+.1f}, {100 * hi:+.1f}] paired over {c['n']} test tasks (sign test p = {c['sign_test_p']:.2g})"
 
 def _student_claim(rd: Path, a: str, b: str, claim: str, paper_value: str, test: str) -> Claim:
+    "A claim between two SFT students; one seed decides nothing (seeds of one recipe differ by as much as the claims' gaps): undecided until the seeds file."
     c, over, source = student_comparison(rd, a, b)
-    return Claim("AFM", claim, paper_value, f"{_paired(c)}; {over}", test, {1: True, -1: False}.get(c["sign"]), source,
-                 undecided=c["sign"] == 0)
+    one_seed = source != SEEDS_FILE
+    if one_seed: over += f" — one seed cannot decide it: `bench/student_seeds.py` writes {SEEDS_FILE}"
+    return Claim("AFM", claim, paper_value, f"{_paired(c)}; {over}", test, None if one_seed else {1: True, -1: False}.get(c["sign"]),
+                 source, undecided=one_seed or c["sign"] == 0)
 
 def afm_format_claim(rd: Path) -> Claim:
     return _student_claim(rd, "coa", "react", "chain-of-agents training beats ReAct/TIR-style training",

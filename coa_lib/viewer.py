@@ -14,10 +14,11 @@ from typing import Callable, Sequence
 from .benchmarks import game24_real
 from .core import SPLITS, read_json
 from .efficiency import SYSTEMS
-from .flow_stages import LABELS as FLOW_LABELS
+from .stage_agentflow import LABELS as FLOW_LABELS
 from .format import OBSERVATION, TOOL_TAGS, parse_coa
 from .mas import Role
-from .stages import RL_EVAL_NAMES, sft_eval_name
+from .stage_rl import RL_EVAL_NAMES
+from .stage_sft import sft_eval_name
 
 # %% auto #0
 __all__ = ['ENV_LABEL', 'VIEWER_CSS', 'VIEWER_JS', 'BULKY', 'WORKERS', 'FLOW_NOTE', 'Records', 'PRINCIPAL', 'COMPARISONS',
@@ -179,7 +180,7 @@ def mas_card(r: dict) -> Card:
 
 # %% ../nbs/14f_viewer.ipynb #76281679
 FLOW_NOTE = ("AgentFlow's saved records keep, per turn, the tool the planner chose and whether the executor's call failed; the memory's text, "
-             "the sub-goals and the verifier's verdicts are not saved (flow_stages.FLOW_RECORD_FIELDS), so they cannot be shown here.")
+             "the sub-goals and the verifier's verdicts are not saved (stage_agentflow.FLOW_RECORD_FIELDS), so they cannot be shown here.")
 
 def flow_card(r: dict, task: dict | None) -> Card:
     "The card of one task of an AgentFlow evaluation; `task` (its question and gold) from the run's splits, None if not found."
@@ -296,7 +297,7 @@ class MASRecords:
 @dataclass(frozen=True)
 class FlowRecords:
     "An AgentFlow evaluation (`run_dir/agentflow/eval/<name>.json`): per task its turns' tools, tokens and calls per module."
-    name: str                                   # e.g. "flow_grpo", a key of flow_stages.LABELS
+    name: str                                   # e.g. "flow_grpo", a key of stage_agentflow.LABELS
     @property
     def key(self) -> str: return f"agentflow/{self.name}"
     @property

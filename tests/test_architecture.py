@@ -304,7 +304,9 @@ RUN_DIR_MODULES = {"core", "run", "reproduce"}        # core defines resolve_run
 RESULT_FILES = ("rl_results.json", "sft_results.json", "sft_game24.json", "sft_memorisation_gap.json", "sft_base.json",
                 "agentflow_results.json", "flow_grpo_results.json", "efficiency_results.json", "filter_report.json",
                 "selection.json", "teacher_flows.json", "offline_sft_rows.json")
-RUN_STAGE_MODULES = {"run", "stages", "flow_stages", "efficiency", "report", "viewer", "docs"}   # writers and readers of a run
+RUN_STAGE_MODULES = {"run", "stage_prepare", "stage_sft", "stage_rl", "stage_agentflow", "stage_flow_grpo",   # writers of a run (one module per stage)
+                     "stages", "flow_stages", "efficiency",
+                     "report", "viewer", "docs"}                                                             # and its readers
 # Known exceptions, each a training function's own completion marker in its output folder (not yet in the artifact table):
 DONE_MARKERS = {"sft_done.json": {"sft", "flow_grpo"}, "rl_done.json": {"rl"}, "flow_grpo_done.json": {"flow_grpo"}}
 
@@ -336,3 +338,47 @@ def test_result_file_names_live_in_the_run_stage_layer():
             for marker, owners in DONE_MARKERS.items():
                 if marker in s and m not in RUN_STAGE_MODULES | owners: bad.append(f"{m}:{line}: {s!r}")
     assert not bad, "result-file names outside the run/stage layer:\n" + "\n".join(bad)
+
+
+# Issue 26, move 2: a stage notebook that exports its stage module writes no run file from an unexported cell.
+STAGE_MODULE_NOTEBOOKS = {"09_sft": "stage_sft", "10_agentic_rl": "stage_rl", "11_agentflow": "stage_agentflow",
+                          "12_flow_grpo": "stage_flow_grpo"}   # the stages moved so far (the prepared ones and efficiency: not yet)
+WRITERS = {"atomic_write_json", "atomic_write_text", "atomic_dir", "save_dataset", "save_pretrained", "write_text", "write_bytes", "savefig"}
+
+
+def unexported_writes(cells: list[dict]) -> list[str]:
+    "Calls that write into the run (a writer of WRITERS, or a `plot_*` that saves a figure) in the code cells not exported, as 'cell N: name'."
+    found = []
+    for index, cell in enumerate(cells):
+        lines = _cell_source(cell).splitlines()
+        if cell.get("cell_type") != "code" or not lines or EXPORT_DIRECTIVE.match(lines[0].strip()) or lines[0].startswith("#| default_exp"):
+            continue
+        code = "\n".join(l for l in lines if not l.lstrip().startswith(("%", "!")))
+        for call in (n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call)):
+            name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "")
+            if (name in WRITERS or name.startswith("plot_")) and _into_the_run(call): found.append(f"cell {index}: {name}")
+    return found
+
+
+def _into_the_run(call: ast.Call) -> bool:
+    "Whether a call's arguments name the run's directory (`rd`, `run_dir`, `run.dir`), not a scratch one of a check."
+    return any((isinstance(n, ast.Name) and n.id in ("rd", "run_dir")) or (isinstance(n, ast.Attribute) and n.attr == "dir")
+               for arg in [*call.args, *(k.value for k in call.keywords)] for n in ast.walk(arg))
+
+
+@pytest.mark.parametrize("nb,module", sorted(STAGE_MODULE_NOTEBOOKS.items()))
+def test_a_stage_notebook_writes_its_files_through_its_stage_module(nb: str, module: str):
+    "A moved stage notebook exports its stage module, and every file the stage writes into the run is written by an exported function."
+    cells = json.loads((NBS_DIR / f"{nb}.ipynb").read_text(encoding="utf-8"))["cells"]
+    assert any(_cell_source(c).strip() == f"#| default_exp {module}" for c in cells), f"{nb} does not export {module}"
+    assert unexported_writes(cells) == [], f"{nb} writes files from unexported cells: {unexported_writes(cells)}"
+
+
+def test_unexported_writes_are_found():
+    "The check sees a results file written by a notebook cell, and not one written by an exported definition."
+    cells = [{"cell_type": "code", "source": "#| export\ndef f(rd): atomic_write_json(rd / 'a.json', {})"},
+             {"cell_type": "code", "source": ["x = 1\n", "atomic_write_json(rd / 'sft_results.json', {})"]},
+             {"cell_type": "code", "source": "Image(filename=str(plot_results(m, rd / 'f.png')))"},
+             {"cell_type": "code", "source": "scratch = resolve_run_dir(None)\natomic_write_json(scratch / 'rl_done.json', {})"},
+             {"cell_type": "markdown", "source": "atomic_write_text(rd / 'x.md', s)"}]
+    assert unexported_writes(cells) == ["cell 1: atomic_write_json", "cell 2: plot_results"]

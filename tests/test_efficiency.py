@@ -10,7 +10,7 @@ from coa_lib.core import Outcome, atomic_write_json
 from coa_lib.efficiency import common_tasks, efficiency_summary, read_outcomes
 from coa_lib.episode import Limits
 from coa_lib.evaluate import evaluate, summarize, teacher_metrics
-from coa_lib.flow_stages import _compact
+from coa_lib.stage_agentflow import _compact
 from coa_lib.llm import build_tiny_qwen2
 from coa_lib.mas import run_teacher
 from coa_lib.scripted_flow import FlowKnobs, scripted_modules

@@ -20,7 +20,7 @@ import os, time
 from pathlib import Path
 from datasets import Dataset, load_from_disk
 from coa_lib.core import atomic_dir, load_or_build
-from coa_lib.stages import build_task_splits
+from coa_lib.stage_prepare import build_task_splits
 from coa_lib.tasks import TaskConfig
 rd = Path(run_dir); slow = float(os.environ.get("COA_TEST_SLOW", "0"))
 splits = build_task_splits(rd, TaskConfig.for_profile("smoke"))
@@ -40,7 +40,7 @@ from pathlib import Path
 from coa_lib.core import load_or_build, save_dataset
 from coa_lib.mas import run_teacher
 from coa_lib.teacher import scripted_backend
-from coa_lib.stages import build_task_splits
+from coa_lib.stage_prepare import build_task_splits
 from coa_lib.tasks import TaskConfig
 rd = Path(run_dir); slow = float(os.environ.get("COA_TEST_SLOW", "0"))
 tasks = build_task_splits(rd, TaskConfig.for_profile("smoke"))["train"].select(range(12))

@@ -11,7 +11,7 @@ from coa_lib.llm import build_tiny_qwen2, load_policy
 from coa_lib.pretrained import SMOLLM2_135M, materialize, wheel_dir
 from coa_lib.prompts import agent_prompt
 from coa_lib.sft import SFTStageConfig, train_sft
-from coa_lib.stages import rows_for_tokenizer
+from coa_lib.stage_sft import rows_for_tokenizer
 from coa_lib.tokenizer import build_tokenizer, load_tokenizer
 from coa_lib.tuning import Tuning, decoder_layers
 

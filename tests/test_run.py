@@ -6,7 +6,8 @@ from pathlib import Path
 
 from coa_lib.core import read_json
 from coa_lib.run import Run, task_key
-from coa_lib.stages import PREPARED, build_sft_sets, build_task_splits, teacher_eval
+from coa_lib.stages import PREPARED
+from coa_lib.stage_prepare import build_sft_sets, build_task_splits, teacher_eval
 from coa_lib.tasks import TaskConfig
 
 SMALL = TaskConfig(kinds=("multihop", "math"), n_train=2, n_eval=1, n_heldout=1, worlds_train=2, worlds_eval=1, n_entities=20)

@@ -129,7 +129,7 @@ def test_bad_rows_are_named(tok):
 
 def test_run_in_lanes_keeps_job_order_and_raises_worker_errors():
     import operator
-    from coa_lib.stages import run_in_lanes
+    from coa_lib.stage_sft import run_in_lanes
     assert run_in_lanes(operator.add, [(1, 2), (3, 4), (5, 6)], lanes=2, threads=1) == [3, 7, 11]
     assert run_in_lanes(operator.add, [(1, 2), (3, 4)], lanes=1) == [3, 7]
     with pytest.raises(TypeError):
@@ -158,7 +158,7 @@ def test_lanes_die_with_a_killed_parent(tmp_path):
         "def job(path):\n"
         "    open(path, 'w').write(str(os.getpid())); time.sleep(120)\n")
     parent = ("import sys; sys.path.insert(0, sys.argv[1])\n"
-              "from coa_lib.stages import run_in_lanes\nimport lane_job\n"
+              "from coa_lib.stage_sft import run_in_lanes\nimport lane_job\n"
               "run_in_lanes(lane_job.job, [(sys.argv[1] + '/a.pid',), (sys.argv[1] + '/b.pid',)], lanes=2, threads=1)\n")
     p = subprocess.Popen([sys.executable, "-c", parent, str(tmp_path)], start_new_session=True)
     pids, deadline = [], time.time() + 120

@@ -8,7 +8,7 @@ import pytest
 
 from coa_lib.llm import build_tiny_qwen2
 from coa_lib.sft import SFTStageConfig, choose_precision
-from coa_lib.stages import run_in_lanes
+from coa_lib.stage_sft import run_in_lanes
 from coa_lib.tokenizer import build_tokenizer
 from coa_lib.toy import ToyTrainConfig, toy_agent, toy_texts
 

@@ -13,7 +13,7 @@ from coa_lib.core import atomic_write_json, save_dataset
 from coa_lib.episode import Episode, FinishReason
 from coa_lib.evaluate import records_dataset
 from coa_lib.format import parse_coa
-from coa_lib.stages import RL_EVAL_NAMES
+from coa_lib.stage_rl import RL_EVAL_NAMES
 from coa_lib.viewer import ENV_LABEL, ViewerConfig, episode_nav, find_systems, outcome_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ def _episodes(n: int) -> list[Episode]:
 def run(tmp_path_factory) -> Path:
     "A run dir with the records of four systems, written by the functions the stages use."
     from coa_lib.agentflow import solve
-    from coa_lib.flow_stages import _compact
+    from coa_lib.stage_agentflow import _compact
     from coa_lib.mas import run_teacher
     from coa_lib.scripted_flow import scripted_modules
     from coa_lib.tasks import make_task_suite
