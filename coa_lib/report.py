@@ -63,9 +63,17 @@ def afm_accuracy_claim(rd: Path) -> Claim:
                  "efficiency_results.json")
 
 def afm_rl_claim(rd: Path) -> Claim:
-    m = read_json(rd / "rl_results.json")["metrics"]; d = m["coa_rl"]["accuracy"] - m["coa_sft"]["accuracy"]
-    return Claim("AFM", "agentic RL improves the SFT model", "+10 points (AIME25)", f"{_pts(d)} ({pct(m['coa_sft']['accuracy'])} → "
-                 f"{pct(m['coa_rl']['accuracy'])}%, test)", "RL − SFT > 0", d > 0, "rl_results.json")
+    "RL − SFT, paired on the same test tasks (greedy): undecided while the 95% interval holds 0."
+    from datasets import load_from_disk
+    from coa_lib.evaluate import paired_records
+    from coa_lib.stage_rl import RL_EVAL_NAMES
+    paths = [rd / RL_EVAL_NAMES[k] / "records" for k in ("coa_rl", "coa_sft")]
+    for path in paths:
+        if not path.exists(): raise FileNotFoundError(2, "no evaluation records", str(path))   # errno 2: ENOENT
+    c = paired_records(*(load_from_disk(str(p)) for p in paths))
+    return Claim("AFM", "agentic RL improves the SFT model", "+10 points (AIME25)",
+                 f"{_paired(c)}; SFT {pct(c['mean_b'])}% → RL {pct(c['mean_a'])}%, greedy", "RL − SFT > 0, 95% interval above 0",
+                 {1: True, -1: False}.get(c["sign"]), " + ".join(RL_EVAL_NAMES[k] for k in ("coa_rl", "coa_sft")), undecided=c["sign"] == 0)
 
 SEEDS_FILE = "student_seeds.json"   # written by bench/student_seeds.py: the students at several seeds, paired comparisons
 

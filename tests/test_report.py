@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from coa_lib.core import atomic_write_json, atomic_write_text
+from datasets import Dataset
+from coa_lib.core import atomic_write_json, atomic_write_text, save_dataset
 from coa_lib.report import CLAIMS, RESULTS_BEGIN, RESULTS_END, SEEDS_FILE, build_report, update_readme
+from coa_lib.stage_rl import RL_EVAL_NAMES
 
 REPO = Path(__file__).resolve().parents[1]
 VERDICT = re.compile(r"\*\*(yes|no|undecided|n/a)\*\*")
@@ -29,6 +31,8 @@ def _run(rd: Path, profile: str) -> Path:
     atomic_write_json(rd / "efficiency_results.json", {"n_tasks": 10, "reference": "MAS", "single_model": "CoA",
                                                        "systems": {"MAS": _system(1.0, 1000, 2), "CoA": _system(0.0, 300, 1)}})
     atomic_write_json(rd / "rl_results.json", {"metrics": {"coa_sft": {"accuracy": 0.0}, "coa_rl": {"accuracy": 0.0}}})
+    for name in RL_EVAL_NAMES.values():     # claim 4 pairs the two evaluations' records task by task
+        save_dataset(Dataset.from_list([{"task_id": f"t{i}", "correct": False} for i in range(10)]), rd / name / "records")
     flat = {"n": 10, "diff": 0.0, "ci95": [0.0, 0.0], "sign": 0, "sign_test_p": 1.0}
     atomic_write_json(rd / SEEDS_FILE, {"seeds": [0], "students": {s: {"mean": 0.0, "sd": 0.0} for s in ("coa", "react", "coa_unfiltered")},
                                         "comparisons": {"coa-react": flat, "coa-coa_unfiltered": flat}})
