@@ -22,7 +22,7 @@ from .rollout import rollout
 __all__ = ['COST_FIELDS', 'wilson_interval', 'pass_at_k', 'is_correct', 'accuracy_of', 'accuracy_by_kind', 'summarize',
            'summarize_episodes', 'records_dataset', 'evaluate', 'env_mask_segments', 'show_env_mask', 'eval_tasks',
            'teacher_metrics', 'results_table', 'plot_results', 'sign_test_p', 'paired_difference', 'per_task_correct',
-           'paired_records']
+           'paired_records', 'paired_group_mean']
 
 # %% ../nbs/08c_evaluate.ipynb #ab089e50
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -244,3 +244,20 @@ def paired_records(records_a, records_b) -> dict:
     shared = sorted(set(a) & set(b))
     if not shared: raise ValueError("the two evaluations share no task")
     return paired_difference([a[t] for t in shared], [b[t] for t in shared])
+
+# %% ../nbs/08c_evaluate.ipynb #49269542
+def paired_group_mean(a: dict[str, float], b: dict[str, float], group_of: dict[str, str], z: float = 1.96) -> dict:
+    "Paired a − b of a mean over groups (AgentFlow's mean of categories): each group's paired mean, averaged; groups' variances add."
+    shared = sorted(set(a) & set(b))
+    if not shared: raise ValueError("the two evaluations share no task")
+    groups: dict[str, list[str]] = defaultdict(list)
+    for t in shared: groups[group_of[t]].append(t)
+    parts = {g: paired_difference([a[t] for t in ts], [b[t] for t in ts], z) for g, ts in groups.items()}
+    var = sum(((p["ci95"][1] - p["diff"]) / z) ** 2 for p in parts.values()) / len(parts) ** 2   # each part's squared standard error
+    mean = sum(p["diff"] for p in parts.values()) / len(parts)
+    lo, hi = mean - z * math.sqrt(var), mean + z * math.sqrt(var)
+    wins, losses = sum(p["wins"] for p in parts.values()), sum(p["losses"] for p in parts.values())
+    return {"n": len(shared), "mean_a": sum(p["mean_a"] for p in parts.values()) / len(parts),
+            "mean_b": sum(p["mean_b"] for p in parts.values()) / len(parts), "diff": mean, "ci95": [lo, hi],
+            "sign": 1 if lo > 0 else -1 if hi < 0 else 0, "wins": wins, "losses": losses, "sign_test_p": sign_test_p(wins, losses),
+            "by_group": {g: p["diff"] for g, p in parts.items()}}

@@ -14,11 +14,11 @@ from .core import atomic_write_text, pct, read_json
 # %% auto #0
 __all__ = ['SEEDS_FILE', 'CLAIMS', 'VERDICT_WORDS', 'VERSIONED', 'PLUMBING_PROFILES', 'RESULTS_BEGIN', 'RESULTS_END', 'Claim',
            'verdict', 'afm_token_claim', 'afm_tool_claim', 'afm_accuracy_claim', 'afm_rl_claim', 'student_comparison',
-           'afm_format_claim', 'afm_filter_claim', 'af_flow_grpo_claim', 'af_offline_claim', 'af_budget_claim',
-           'af_tools_claim', 'af_game24_claim', 'collect_claims', 'claims_table', 'claims_summary', 'package_versions',
-           'stage_markers', 'run_profiles', 'run_seeds', 'provenance', 'notebooks_html', 'figure_caption',
-           'run_figures', 'plumbing_note', 'build_report', 'readme_results', 'results_prose', 'check_results_prose',
-           'update_readme', 'main']
+           'afm_format_claim', 'afm_filter_claim', 'planner_comparison', 'af_flow_grpo_claim', 'af_offline_claim',
+           'af_budget_claim', 'af_tools_claim', 'af_game24_claim', 'collect_claims', 'claims_table', 'claims_summary',
+           'package_versions', 'stage_markers', 'run_profiles', 'run_seeds', 'provenance', 'notebooks_html',
+           'figure_caption', 'run_figures', 'plumbing_note', 'build_report', 'readme_results', 'results_prose',
+           'check_results_prose', 'update_readme', 'main']
 
 # %% ../nbs/14c_report.ipynb #da1de360
 @dataclass(frozen=True)
@@ -113,18 +113,33 @@ def afm_filter_claim(rd: Path) -> Claim:
                           "part of the recipe (no ablation number)", "filtered − unfiltered > 0, 95% interval above 0")
 
 # %% ../nbs/14c_report.ipynb #c7c2f38f
+def planner_comparison(rd: Path, a: str, b: str) -> dict:
+    "Planner `a` − planner `b` in the same AgentFlow system: the mean of categories, paired task by task on the test split."
+    from coa_lib.agentflow import CATEGORIES
+    from coa_lib.evaluate import paired_group_mean
+    from coa_lib.stage_agentflow import flow_eval_records
+    category = {k: c for c, ks in CATEGORIES.items() for k in ks}
+    recs = {p: flow_eval_records(rd, p) for p in (a, b)}
+    correct = {p: {r["id"]: float(r["outcome"]["correct"]) for r in rs} for p, rs in recs.items()}
+    return paired_group_mean(correct[a], correct[b], {r["id"]: category[r["kind"]] for r in recs[a]})
+
+def _paired_planners(c: dict, a: str, b: str) -> str:
+    lo, hi = c["ci95"]
+    return (f"{_pts(c['diff'])} [{100 * lo:+.1f}, {100 * hi:+.1f}] paired over {c['n']} test tasks, mean of categories "
+            f"({a} {pct(c['mean_a'])}, {b} {pct(c['mean_b'])}; sign test p = {c['sign_test_p']:.2g})")
+
 def af_flow_grpo_claim(rd: Path) -> Claim:
-    p = read_json(rd / "flow_grpo_results.json")["planners"]; d = p["flow_grpo"]["category_mean"] - p["warm_start"]["category_mean"]
+    c = planner_comparison(rd, "flow_grpo", "warm_start")
     return Claim("AgentFlow", "Flow-GRPO in the flow improves the planner",
                  "improves on the untrained planner; AgentFlow-7B +14.9 / +14.0 / +14.5 points over the best baselines (search / agentic / math)",
-                 f"{_pts(d)} (mean of categories, {pct(p['warm_start']['category_mean'])} → {pct(p['flow_grpo']['category_mean'])})",
-                 "Flow-GRPO − warm start > 0", d > 0, "flow_grpo_results.json")
+                 _paired_planners(c, "Flow-GRPO", "warm start"), "Flow-GRPO − warm start > 0, 95% interval above 0",
+                 {1: True, -1: False}.get(c["sign"]), "agentflow/eval: flow_grpo + warm_start", undecided=c["sign"] == 0)
 
 def af_offline_claim(rd: Path) -> Claim:
-    p = read_json(rd / "flow_grpo_results.json")["planners"]; d = p["offline_sft"]["category_mean"] - p["flow_grpo"]["category_mean"]
+    c = planner_comparison(rd, "offline_sft", "flow_grpo")
     return Claim("AgentFlow", "offline SFT of the planner (same compute) is worse than Flow-GRPO", "−19% on average",
-                 f"{_pts(d)} (offline SFT {pct(p['offline_sft']['category_mean'])}, Flow-GRPO {pct(p['flow_grpo']['category_mean'])})",
-                 "offline SFT − Flow-GRPO < 0", d < 0, "flow_grpo_results.json")
+                 _paired_planners(c, "offline SFT", "Flow-GRPO"), "offline SFT − Flow-GRPO < 0, 95% interval below 0",
+                 {-1: True, 1: False}.get(c["sign"]), "agentflow/eval: offline_sft + flow_grpo", undecided=c["sign"] == 0)
 
 def af_budget_claim(rd: Path) -> Claim:
     b = read_json(rd / "flow_grpo_results.json")["turn_budget"]; ts = sorted(b, key=int); acc = [b[t]["accuracy"] for t in ts]

@@ -21,7 +21,7 @@ from .tokenizer import load_tokenizer
 
 # %% auto #0
 __all__ = ['FLOW_RECORD_FIELDS', 'LABELS', 'agentflow_tasks', 'load_planner', 'planner_warm_start', 'flow_eval',
-           'agentflow_report', 'run_agentflow_stage']
+           'flow_eval_records', 'agentflow_report', 'run_agentflow_stage']
 
 # %% ../nbs/11_agentflow.ipynb #d4be68a6
 def _af_dir(run_dir) -> Path: return run_dir_of(run_dir) / "agentflow"
@@ -81,6 +81,12 @@ def flow_eval(run_dir, name: str, planner, tasks: Sequence[dict], cfg: AgentFlow
     metrics = flow_metrics(recs, tasks)
     atomic_write_json(path, {"key": key, "name": name, "max_turns": max_turns, "metrics": metrics, "records": [_compact(r) for r in recs]})
     return metrics
+
+def flow_eval_records(run_dir, name: str) -> list[dict]:
+    "The per-task records `flow_eval` kept for the evaluation `name` (an error naming the file when it was never run)."
+    path = _af_dir(run_dir) / "eval" / f"{name}.json"
+    if not path.exists(): raise FileNotFoundError(2, f"no AgentFlow evaluation {name!r}", str(path))   # errno 2: ENOENT
+    return read_json(path)["records"]
 
 # %% ../nbs/11_agentflow.ipynb #5626cfbb
 def _system_rows(metrics: dict[str, dict], labels: dict[str, str]) -> list[str]:

@@ -36,6 +36,9 @@ def _run(rd: Path, profile: str) -> Path:
     flat = {"n": 10, "diff": 0.0, "ci95": [0.0, 0.0], "sign": 0, "sign_test_p": 1.0}
     atomic_write_json(rd / SEEDS_FILE, {"seeds": [0], "students": {s: {"mean": 0.0, "sd": 0.0} for s in ("coa", "react", "coa_unfiltered")},
                                         "comparisons": {"coa-react": flat, "coa-coa_unfiltered": flat}})
+    for planner in ("warm_start", "flow_grpo", "offline_sft"):   # claims 7 and 8 pair the planners' records task by task
+        atomic_write_json(rd / "agentflow" / "eval" / f"{planner}.json",
+                          {"records": [{"id": f"t{i}", "kind": "math", "outcome": {"correct": False}} for i in range(10)]})
     invalid = {"invalid": 1.0}
     atomic_write_json(rd / "flow_grpo_results.json", {
         "planners": {"warm_start": _planner(0.0, invalid), "flow_grpo": _planner(0.0, invalid), "offline_sft": _planner(0.0, invalid)},
