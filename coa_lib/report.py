@@ -75,6 +75,7 @@ def afm_rl_claim(rd: Path) -> Claim:
                  f"{_paired(c)}; SFT {pct(c['mean_b'])}% → RL {pct(c['mean_a'])}%, greedy", "RL − SFT > 0, 95% interval above 0",
                  {1: True, -1: False}.get(c["sign"]), " + ".join(RL_EVAL_NAMES[k] for k in ("coa_rl", "coa_sft")), undecided=c["sign"] == 0)
 
+# %% ../nbs/14c_report.ipynb #f2e5a1e8
 SEEDS_FILE = "student_seeds.json"   # written by bench/student_seeds.py: the students at several seeds, paired comparisons
 
 def student_comparison(rd: Path, a: str, b: str) -> tuple[dict, str, str]:
