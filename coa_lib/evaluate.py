@@ -225,11 +225,13 @@ def paired_difference(a: Sequence[float], b: Sequence[float], z: float = 1.96) -
     if not a: raise ValueError("no paired items")
     d = [float(x) - float(y) for x, y in zip(a, b)]
     n, mean = len(d), sum(d) / len(d)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1)) if n > 1 else float("inf")
-    half = z * sd / math.sqrt(n)
-    lo, hi = mean - half, mean + half
-    wins, losses = sum(x > 0 for x in d), sum(x < 0 for x in d)
-    return {"n": n, "mean_a": sum(map(float, a)) / n, "mean_b": sum(map(float, b)) / n, "diff": mean, "ci95": [lo, hi],
+    se = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n) if n > 1 else float("inf")
+    return _paired_result(n, sum(map(float, a)) / n, sum(map(float, b)) / n, mean, se, sum(x > 0 for x in d), sum(x < 0 for x in d), z)
+
+def _paired_result(n: int, mean_a: float, mean_b: float, diff: float, se: float, wins: int, losses: int, z: float) -> dict:
+    "The record of a paired comparison: the difference, its interval from its standard error, the sign it decides, a sign test."
+    lo, hi = diff - z * se, diff + z * se
+    return {"n": n, "mean_a": mean_a, "mean_b": mean_b, "diff": diff, "se": se, "ci95": [lo, hi],
             "sign": 1 if lo > 0 else -1 if hi < 0 else 0, "wins": wins, "losses": losses, "sign_test_p": sign_test_p(wins, losses)}
 
 def per_task_correct(records) -> dict[str, float]:
@@ -252,12 +254,9 @@ def paired_group_mean(a: dict[str, float], b: dict[str, float], group_of: dict[s
     if not shared: raise ValueError("the two evaluations share no task")
     groups: dict[str, list[str]] = defaultdict(list)
     for t in shared: groups[group_of[t]].append(t)
-    parts = {g: paired_difference([a[t] for t in ts], [b[t] for t in ts], z) for g, ts in groups.items()}
-    var = sum(((p["ci95"][1] - p["diff"]) / z) ** 2 for p in parts.values()) / len(parts) ** 2   # each part's squared standard error
-    mean = sum(p["diff"] for p in parts.values()) / len(parts)
-    lo, hi = mean - z * math.sqrt(var), mean + z * math.sqrt(var)
-    wins, losses = sum(p["wins"] for p in parts.values()), sum(p["losses"] for p in parts.values())
-    return {"n": len(shared), "mean_a": sum(p["mean_a"] for p in parts.values()) / len(parts),
-            "mean_b": sum(p["mean_b"] for p in parts.values()) / len(parts), "diff": mean, "ci95": [lo, hi],
-            "sign": 1 if lo > 0 else -1 if hi < 0 else 0, "wins": wins, "losses": losses, "sign_test_p": sign_test_p(wins, losses),
-            "by_group": {g: p["diff"] for g, p in parts.items()}}
+    parts = [(g, paired_difference([a[t] for t in ts], [b[t] for t in ts], z)) for g, ts in groups.items()]
+    mean = lambda key: sum(p[key] for _, p in parts) / len(parts)
+    se = math.sqrt(sum(p["se"] ** 2 for _, p in parts)) / len(parts)                # the groups' variances add
+    out = _paired_result(len(shared), mean("mean_a"), mean("mean_b"), mean("diff"), se,
+                         sum(p["wins"] for _, p in parts), sum(p["losses"] for _, p in parts), z)
+    return {**out, "by_group": {g: p["diff"] for g, p in parts}}

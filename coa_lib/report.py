@@ -13,12 +13,12 @@ from .core import atomic_write_text, pct, read_json
 
 # %% auto #0
 __all__ = ['SEEDS_FILE', 'CLAIMS', 'VERDICT_WORDS', 'VERSIONED', 'PLUMBING_PROFILES', 'RESULTS_BEGIN', 'RESULTS_END', 'Claim',
-           'verdict', 'afm_token_claim', 'afm_tool_claim', 'afm_accuracy_claim', 'afm_rl_claim', 'student_comparison',
-           'afm_format_claim', 'afm_filter_claim', 'planner_comparison', 'af_flow_grpo_claim', 'af_offline_claim',
-           'af_budget_claim', 'af_tools_claim', 'af_game24_claim', 'collect_claims', 'claims_table', 'claims_summary',
-           'package_versions', 'stage_markers', 'run_profiles', 'run_seeds', 'provenance', 'notebooks_html',
-           'figure_caption', 'run_figures', 'plumbing_note', 'build_report', 'readme_results', 'results_prose',
-           'check_results_prose', 'update_readme', 'main']
+           'verdict', 'afm_token_claim', 'afm_tool_claim', 'afm_accuracy_claim', 'afm_rl_claim', 'paired_evaluations',
+           'student_comparison', 'afm_format_claim', 'afm_filter_claim', 'planner_comparison', 'af_flow_grpo_claim',
+           'af_offline_claim', 'af_budget_claim', 'af_tools_claim', 'af_game24_claim', 'collect_claims', 'claims_table',
+           'claims_summary', 'package_versions', 'stage_markers', 'run_profiles', 'run_seeds', 'provenance',
+           'notebooks_html', 'figure_caption', 'run_figures', 'plumbing_note', 'build_report', 'readme_results',
+           'results_prose', 'check_results_prose', 'update_readme', 'main']
 
 # %% ../nbs/14c_report.ipynb #da1de360
 @dataclass(frozen=True)
@@ -64,19 +64,28 @@ def afm_accuracy_claim(rd: Path) -> Claim:
 
 def afm_rl_claim(rd: Path) -> Claim:
     "RL − SFT, paired on the same test tasks (greedy): undecided while the 95% interval holds 0."
-    from datasets import load_from_disk
-    from coa_lib.evaluate import paired_records
     from coa_lib.stage_rl import RL_EVAL_NAMES
-    paths = [rd / RL_EVAL_NAMES[k] / "records" for k in ("coa_rl", "coa_sft")]
-    for path in paths:
-        if not path.exists(): raise FileNotFoundError(2, "no evaluation records", str(path))   # errno 2: ENOENT
-    c = paired_records(*(load_from_disk(str(p)) for p in paths))
+    names = [RL_EVAL_NAMES[k] for k in ("coa_rl", "coa_sft")]
+    c = paired_evaluations(rd, *names)
     return Claim("AFM", "agentic RL improves the SFT model", "+10 points (AIME25)",
                  f"{_paired(c)}; SFT {pct(c['mean_b'])}% → RL {pct(c['mean_a'])}%, greedy", "RL − SFT > 0, 95% interval above 0",
-                 {1: True, -1: False}.get(c["sign"]), " + ".join(RL_EVAL_NAMES[k] for k in ("coa_rl", "coa_sft")), undecided=c["sign"] == 0)
+                 _holds(c["sign"]), " + ".join(names), undecided=c["sign"] == 0)
 
 # %% ../nbs/14c_report.ipynb #f2e5a1e8
 SEEDS_FILE = "student_seeds.json"   # written by bench/student_seeds.py: the students at several seeds, paired comparisons
+
+def _holds(sign: int, wanted: int = 1) -> bool | None:
+    "A paired comparison's verdict: True when its sign is the one the claim wants, None while the interval holds 0."
+    return None if sign == 0 else sign == wanted
+
+def paired_evaluations(rd: Path, a: str, b: str) -> dict:
+    "Evaluation `a` − evaluation `b` of the run (artifact names with `records`), paired on the tasks both cover."
+    from datasets import load_from_disk
+    from coa_lib.evaluate import paired_records
+    paths = [rd / name / "records" for name in (a, b)]
+    for path in paths:
+        if not path.exists(): raise FileNotFoundError(2, "no evaluation records", str(path))   # errno 2: ENOENT
+    return paired_records(*(load_from_disk(str(p)) for p in paths))
 
 def student_comparison(rd: Path, a: str, b: str) -> tuple[dict, str, str]:
     "(paired comparison of SFT students `a` − `b` on the same test tasks, what it averages over, its source): over seeds when the run has `student_seeds.json`, else over one run's test records."
@@ -84,13 +93,8 @@ def student_comparison(rd: Path, a: str, b: str) -> tuple[dict, str, str]:
         s = read_json(rd / SEEDS_FILE); st = s["students"]
         over = f"mean of {len(s['seeds'])} seeds: {a} {pct(st[a]['mean'])} ± {pct(st[a]['sd'])}, {b} {pct(st[b]['mean'])} ± {pct(st[b]['sd'])}%"
         return s["comparisons"][f"{a}-{b}"], over, SEEDS_FILE
-    from datasets import load_from_disk
-    from coa_lib.evaluate import paired_records
     from coa_lib.stage_sft import sft_eval_name
-    paths = [rd / sft_eval_name(s) / "records" for s in (a, b)]
-    for path in paths:
-        if not path.exists(): raise FileNotFoundError(2, "no evaluation records", str(path))   # errno 2: ENOENT
-    c = paired_records(*(load_from_disk(str(path)) for path in paths))
+    c = paired_evaluations(rd, sft_eval_name(a), sft_eval_name(b))
     return c, f"one run, one seed: {a} {pct(c['mean_a'])}%, {b} {pct(c['mean_b'])}%", f"{sft_eval_name(a)} + {sft_eval_name(b)}"
 
 def _paired(c: dict) -> str:
@@ -102,7 +106,7 @@ def _student_claim(rd: Path, a: str, b: str, claim: str, paper_value: str, test:
     c, over, source = student_comparison(rd, a, b)
     one_seed = source != SEEDS_FILE
     if one_seed: over += f" — one seed cannot decide it: `bench/student_seeds.py` writes {SEEDS_FILE}"
-    return Claim("AFM", claim, paper_value, f"{_paired(c)}; {over}", test, None if one_seed else {1: True, -1: False}.get(c["sign"]),
+    return Claim("AFM", claim, paper_value, f"{_paired(c)}; {over}", test, None if one_seed else _holds(c["sign"]),
                  source, undecided=one_seed or c["sign"] == 0)
 
 def afm_format_claim(rd: Path) -> Claim:
@@ -125,22 +129,20 @@ def planner_comparison(rd: Path, a: str, b: str) -> dict:
     return paired_group_mean(correct[a], correct[b], {r["id"]: category[r["kind"]] for r in recs[a]})
 
 def _paired_planners(c: dict, a: str, b: str) -> str:
-    lo, hi = c["ci95"]
-    return (f"{_pts(c['diff'])} [{100 * lo:+.1f}, {100 * hi:+.1f}] paired over {c['n']} test tasks, mean of categories "
-            f"({a} {pct(c['mean_a'])}, {b} {pct(c['mean_b'])}; sign test p = {c['sign_test_p']:.2g})")
+    return f"{_paired(c)}; mean of categories: {a} {pct(c['mean_a'])}, {b} {pct(c['mean_b'])}"
 
 def af_flow_grpo_claim(rd: Path) -> Claim:
     c = planner_comparison(rd, "flow_grpo", "warm_start")
     return Claim("AgentFlow", "Flow-GRPO in the flow improves the planner",
                  "improves on the untrained planner; AgentFlow-7B +14.9 / +14.0 / +14.5 points over the best baselines (search / agentic / math)",
                  _paired_planners(c, "Flow-GRPO", "warm start"), "Flow-GRPO − warm start > 0, 95% interval above 0",
-                 {1: True, -1: False}.get(c["sign"]), "agentflow/eval: flow_grpo + warm_start", undecided=c["sign"] == 0)
+                 _holds(c["sign"]), "agentflow/eval: flow_grpo + warm_start", undecided=c["sign"] == 0)
 
 def af_offline_claim(rd: Path) -> Claim:
     c = planner_comparison(rd, "offline_sft", "flow_grpo")
     return Claim("AgentFlow", "offline SFT of the planner (same compute) is worse than Flow-GRPO", "−19% on average",
                  _paired_planners(c, "offline SFT", "Flow-GRPO"), "offline SFT − Flow-GRPO < 0, 95% interval below 0",
-                 {-1: True, 1: False}.get(c["sign"]), "agentflow/eval: offline_sft + flow_grpo", undecided=c["sign"] == 0)
+                 _holds(c["sign"], wanted=-1), "agentflow/eval: offline_sft + flow_grpo", undecided=c["sign"] == 0)
 
 def af_budget_claim(rd: Path) -> Claim:
     b = read_json(rd / "flow_grpo_results.json")["turn_budget"]; ts = sorted(b, key=int); acc = [b[t]["accuracy"] for t in ts]
