@@ -31,8 +31,8 @@ def measure(path: str, dev_split, n_quote: int, n_read: int, seed: int) -> dict:
     out = {"path": str(path), "quote_loss": eval_loss(policy.model, policy.tokenizer, quotes), "n_quote_rows": n_quote,
            **{f"reading_{k}": v for k, v in reading_accuracy(policy, reading).items()}}
     out["seconds"] = time.perf_counter() - t0
-    done = Path(path) / "sft_done.json"
-    if done.exists(): out["trained"] = {k: json.loads(done.read_text()).get(k) for k in ("global_step", "tokens_seen", "wall_s")}
+    from coa_lib.core import built_record
+    if (done := built_record(path)) is not None: out["trained"] = {k: done.get(k) for k in ("global_step", "tokens_seen", "wall_s")}
     return out
 
 

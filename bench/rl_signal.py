@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from coa_lib.core import TASK_KINDS, atomic_write_json
+from coa_lib.core import TASK_KINDS, atomic_write_json, built_record
 from coa_lib.evaluate import eval_tasks
 from coa_lib.llm import load_policy
 from coa_lib.episode import Limits
@@ -39,7 +39,7 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     rd = Path(a.run_dir)
     student = student_named(a.student)
-    if not (rd / "sft" / student.name / "sft_done.json").exists(): raise SystemExit(f"no trained {student.name} student in {rd}/sft")
+    if built_record(rd / "sft" / student.name) is None: raise SystemExit(f"no trained {student.name} student in {rd}/sft")
     policy = load_policy(rd / "sft" / student.name)
     train = build_task_splits(rd, TaskConfig.for_profile(a.profile))["train"].shuffle(seed=1)
     tasks = eval_tasks(train, a.per_kind, TASK_KINDS)

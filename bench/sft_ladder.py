@@ -68,7 +68,7 @@ def phase_shares(kinds: tuple[str, ...], given: dict[str, float], profile: dict[
 
 def run_rung(a) -> dict:
     from transformers import TrainerCallback
-    from coa_lib.core import atomic_write_json, resolve_run_dir
+    from coa_lib.core import atomic_write_json, built_record, resolve_run_dir
     from coa_lib.stage_prepare import build_sft_sets
     from coa_lib.llm import build_tiny_qwen2, load_policy
     from coa_lib.stage_prepare import student_tokenizer
@@ -167,7 +167,7 @@ def run_rung(a) -> dict:
         budget = WallClockBudget(a.minutes or 1e9)
         path = train_sft(subset, model, out, pcfg, tokenizer=tok, callbacks=[DevCurve(dev, budget), budget])
         minutes_offset += budget.elapsed() / 60
-        done = json.loads((path / "sft_done.json").read_text())
+        done = built_record(path)
         res["phases_done"].append({"kinds": list(kinds), "rows_available": subset.num_rows, "tokens_seen": done["tokens_seen"],
                                    "steps": done["global_step"], "train_wall_s": done["wall_s"],
                                    "tokens_per_s": done["tokens_seen"] / done["wall_s"], "precision": done["precision"],

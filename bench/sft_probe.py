@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from coa_lib.core import atomic_write_json, read_json, resolve_run_dir
+from coa_lib.core import atomic_write_json, built_record, read_json, resolve_run_dir
 from coa_lib.evaluate import eval_tasks
 from coa_lib.sft import SFTStageConfig, train_sft
 from coa_lib.stage_sft import evaluate_student, STUDENTS
@@ -82,7 +82,7 @@ def main():
         callbacks.append(DevCurve())
     base = a.base if a.base else build_tiny_qwen2(tok, a.size, seed=cfg.seed)
     path = train_sft(rows, base, out, cfg, tokenizer=None if a.base else tok, callbacks=callbacks)
-    done = read_json(path / "sft_done.json")
+    done = built_record(path)
     history = read_json(path / "loss_history.json")
     t0 = time.perf_counter()
     metrics, _ = evaluate_student(path, student, dev, rd, f"sft_probe_eval/{label}", cfg)

@@ -101,8 +101,8 @@ def pipeline(tok, rows, bf16: bool, steps: int, out: Path) -> dict:
                          save_steps=10_000, logging_steps=1, bf16=bf16)
     load, clock = os.getloadavg()[0], _Clock()
     path = train_sft(rows, build_tiny_qwen2(tok, "tiny"), out, cfg, tokenizer=tok, callbacks=[clock.as_callback()])
-    import json
-    done = json.loads((path / "sft_done.json").read_text())
+    from coa_lib.core import built_record
+    done = built_record(path)
     (t0, n0), (t1, n1) = clock.marks[0], clock.marks[-1]
     return {"bf16": bf16, "load_avg_1min": load, "steps": done["global_step"], "tokens_seen": done["tokens_seen"],
             "wall_s_with_setup": done["wall_s"], "tokens_per_s": (n1 - n0) / (t1 - t0), "train_loss": done["train_loss"]}

@@ -377,6 +377,7 @@ def planner_sft_rows(records: Sequence[FlowRecord], min_reward: float = 1.0) -> 
 @dataclass
 class AgentFlowConfig:
     "Sizes of the AgentFlow stage: the teacher's flows, the planner's warm start, the test evaluation."
+    unkeyed_fields = ("n_test",)                         # how many test tasks are evaluated: not what the warm start is
     profile: str = "smoke"
     kinds: tuple[str, ...] = AF_KINDS
     teacher_per_kind: int = 150     # training tasks per kind solved by the scripted teacher planner (warm-start rows)

@@ -14,11 +14,12 @@ from datasets import Dataset, Features, Value
 __all__ = ['PROFILES', 'TASK_KINDS', 'QA_KINDS', 'SPLITS', 'TASK_COLUMNS', 'TASK_FEATURES', 'OUTCOME_FIELDS', 'OUTCOME_FEATURES',
            'REPO_ROOT', 'DATA_DIR', 'SAMPLES_DIR', 'check_profile', 'remove_at_end', 'temp_dir', 'resolve_run_dir',
            'scratch_dir', 'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'read_json', 'atomic_dir',
-           'save_dataset', 'launched_processes', 'close_process_group', 'artifact_path', 'is_built', 'mark_built',
-           'load_or_build', 'stable_hash', 'config_json', 'seed_int', 'rng_for', 'split_of', 'check_split',
-           'check_kind', 'meta_json', 'task_meta', 'to_dataset', 'full_reward', 'Outcome', 'outcomes_of', 'pct',
-           'accuracy_text', 'DataFormatError', 'format_error', 'get_field', 'str_list', 'read_text_file',
-           'read_json_list', 'read_jsonl', 'read_csv_rows', 'agentflow_benchmark_dir']
+           'save_dataset', 'launched_processes', 'close_process_group', 'artifact_path', 'done_marker', 'built_record',
+           'is_built', 'mark_built', 'found_built', 'load_or_build', 'start_building', 'adopt_earlier_record',
+           'stable_hash', 'config_json', 'config_settings', 'same_settings', 'model_fingerprint', 'seed_int', 'rng_for',
+           'split_of', 'check_split', 'check_kind', 'meta_json', 'task_meta', 'to_dataset', 'full_reward', 'Outcome',
+           'outcomes_of', 'pct', 'accuracy_text', 'DataFormatError', 'format_error', 'get_field', 'str_list',
+           'read_text_file', 'read_json_list', 'read_jsonl', 'read_csv_rows', 'agentflow_benchmark_dir']
 
 # %% ../nbs/00_core.ipynb #f5f94ae7
 PROFILES = ("smoke", "full")
@@ -138,11 +139,22 @@ def artifact_path(run_dir: str | os.PathLike, name: str) -> Path:
     "Where the artifact `name` of a run lives."
     return Path(run_dir) / name
 
+def done_marker(path: str | os.PathLike) -> Path:
+    "The `.done` marker of the artifact at `path` (beside it, written last): that it is complete, under which config hash, and what it recorded."
+    path = Path(path)
+    return path.with_name(path.name + ".done")
+
+def built_record(path: str | os.PathLike) -> dict | None:
+    "What the artifact at `path` recorded when it was finished (a trained model: steps, tokens, wall time, config); None while unbuilt."
+    marker = done_marker(path)
+    return read_json(marker) if marker.exists() else None
+
+# %% ../nbs/00_core.ipynb #7c0e4ef6
 _NOTICED: set[str] = set()   # artifacts of earlier versions already announced in this process (one notice each)
 
 def is_built(path: str | os.PathLike, key: str | None = None) -> bool:
     "The one rule: the artifact at `path` was completely written (its `.done` marker) under the config hash `key` (None: any)."
-    path = Path(path); marker = path.with_name(path.name + ".done")
+    path = Path(path); marker = done_marker(path)
     if not marker.exists(): return False
     made = read_json(marker).get("config_hash")
     if key is None or made == key: return True
@@ -154,13 +166,18 @@ def is_built(path: str | os.PathLike, key: str | None = None) -> bool:
 
 def _adopt(path: Path, key: str) -> None:
     "Write `key` into the hash-less marker of an artifact taken as built under it, so that a later change of config rebuilds it."
-    marker = path.with_name(path.name + ".done")
+    marker = done_marker(path)
     if read_json(marker).get("config_hash") is None: mark_built(path, read_json(marker), key=key)
 
 def mark_built(path: str | os.PathLike, info: dict | None = None, key: str | None = None) -> Path:
     "Write the `.done` marker of the artifact at `path` (atomically): optional `info` and the config hash `key` it was built under."
-    path = Path(path)
-    return atomic_write_json(path.with_name(path.name + ".done"), {**(info or {}), **({"config_hash": key} if key else {})})
+    return atomic_write_json(done_marker(path), {**(info or {}), **({"config_hash": key} if key else {})})
+
+def found_built(path: str | os.PathLike, key: str | None) -> bool:
+    "`is_built(path, key)`; an artifact found built under an earlier version's hash-less marker gets `key` written into it."
+    if not is_built(path, key): return False
+    if key is not None: _adopt(Path(path), key)
+    return True
 
 def load_or_build(run_dir: str | os.PathLike, name: str, build: Callable[[Path], Any], load: Callable[[Path], Any], key: str | None = None):
     "Load artifact `name` from `run_dir`, building it first with `build(path)` if it is missing, unfinished or built under another config hash `key`."
@@ -169,11 +186,31 @@ def load_or_build(run_dir: str | os.PathLike, name: str, build: Callable[[Path],
         if launched_processes() > 1:   # under `accelerate launch`: two processes must not build one artifact
             raise RuntimeError(f"{path}: missing, and this is one of {launched_processes()} processes; build it in one "
                                "process first (`python -m coa_lib.stages prepare ...`), then launch the processes")
-        path.with_name(path.name + ".done").unlink(missing_ok=True)   # a stale artifact is unfinished until rebuilt
+        done_marker(path).unlink(missing_ok=True)   # a stale artifact is unfinished until rebuilt
         build(path)
         mark_built(path, key=key)
     elif key is not None: _adopt(path, key)
     return load(path)
+
+# %% ../nbs/00_core.ipynb #243f543d
+def start_building(path: str | os.PathLike, key: str) -> None:
+    "Before training into the directory `path` under `key`: remove what another config left there (its finished model, its checkpoints) and record `key` as the one its checkpoints resume under."
+    path, building = Path(path), Path(path) / "building.json"
+    other = done_marker(path).exists() or (building.exists() and read_json(building).get("config_hash") != key)
+    if other and launched_processes() > 1:   # removing under a launcher would race the other processes
+        raise RuntimeError(f"{path}: built under another config; remove it in one process (or `--rebuild`) and launch again")
+    if other and path.exists(): shutil.rmtree(path)
+    done_marker(path).unlink(missing_ok=True)
+    if launched_processes() == 1 or os.environ.get("RANK", "0") == "0": atomic_write_json(building, {"config_hash": key})
+
+def adopt_earlier_record(path: str | os.PathLike, record_file: str, same_config: Callable[[dict], bool]) -> None:
+    "A model an earlier version finished, with its record in `path/record_file` and no marker: its hash-less marker when `same_config(record)`, else removed (stale)."
+    path = Path(path); old = path / record_file
+    if done_marker(path).exists() or not old.exists(): return
+    record = read_json(old)
+    if same_config(record): mark_built(path, record)
+    elif launched_processes() > 1: raise RuntimeError(f"{path}: trained under other settings by an earlier version; remove it in one process first")
+    else: shutil.rmtree(path)   # its checkpoints must not be resumed under the new settings
 
 # %% ../nbs/00_core.ipynb #828d4150
 def stable_hash(obj: Any, n: int = 16) -> str:
@@ -183,6 +220,20 @@ def stable_hash(obj: Any, n: int = 16) -> str:
 def config_json(cfg) -> dict:
     "A dataclass config as it reads back from a JSON done-file (tuples become lists): the form to compare a stored config with."
     return json.loads(json.dumps(asdict(cfg)))
+
+def config_settings(cfg) -> dict:
+    "A config as its artifacts are keyed: its JSON form without the profile and the class's `unkeyed_fields`, if it names any (they change how fast or where it builds, or only what is evaluated afterwards; not what is built)."
+    return {k: v for k, v in config_json(cfg).items() if k not in ("profile", *getattr(type(cfg), "unkeyed_fields", ()))}
+
+def same_settings(stored: dict | None, cfg) -> bool:
+    "Whether a config an earlier version recorded (`stored`, JSON) builds what `cfg` builds: equal on the settings both know."
+    now = config_settings(cfg)
+    return stored is not None and all(stored[k] == v for k, v in now.items() if k in stored)
+
+def model_fingerprint(path: str | os.PathLike) -> str:
+    "Which training made the model at `path`: a hash of its finished record (config hash aside); any other path stands for itself."
+    record = built_record(path)
+    return stable_hash([{k: v for k, v in record.items() if k != "config_hash"}]) if record is not None else str(path)
 
 # %% ../nbs/00_core.ipynb #0805f0c1
 TASK_KINDS = ("multihop", "comparison", "mixed", "math", "game24", "code")

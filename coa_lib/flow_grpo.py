@@ -4,7 +4,7 @@
 
 # %% ../nbs/12a_flow_grpo.ipynb #04380719
 from __future__ import annotations
-import random, shutil, time
+import random, time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -15,19 +15,21 @@ from fastcore.basics import patch
 
 from .agentflow import CATEGORIES, TOOL_LABELS, FlowLimits, FlowModules, ModelPlanner, flow_metrics, solve
 from .scripted_flow import scripted_modules
-from .core import atomic_dir, atomic_write_json, check_profile, config_json, read_json, stable_hash
+from .core import (adopt_earlier_record, atomic_dir, atomic_write_json, check_profile, config_json, config_settings, found_built,
+                          mark_built, model_fingerprint, read_json, stable_hash, start_building)
 from .rollout import pad_id
 from .tokenizer import load_tokenizer
 
 # %% auto #0
 __all__ = ['FLOW_CURVES', 'FlowGRPOConfig', 'group_advantages', 'flow_grpo_loss', 'TurnSample', 'turn_samples', 'token_logprobs',
-           'length_chunks', 'FlowGRPOTrainer', 'rollout_stats', 'default_modules', 'model_fingerprint',
-           'tensorboard_writer', 'train_flow_grpo', 'plot_flow_curves']
+           'length_chunks', 'FlowGRPOTrainer', 'rollout_stats', 'default_modules', 'tensorboard_writer',
+           'flow_grpo_key', 'train_flow_grpo', 'plot_flow_curves']
 
 # %% ../nbs/12a_flow_grpo.ipynb #0430dc0e
 @dataclass
 class FlowGRPOConfig:
     "Sizes and settings of Flow-GRPO: G whole-system rollouts per query, the outcome broadcast to every planner turn."
+    unkeyed_fields = ("save_every", "budgets")           # checkpoints; the turn budgets evaluated after training
     profile: str = "smoke"
     group_size: int = 8            # G rollouts per query
     queries_per_step: int = 8      # queries per rollout batch
@@ -250,30 +252,26 @@ def default_modules(tasks: Sequence[dict], planner) -> FlowModules:
     "The scripted executor, verifier and generator around `planner` (prompts through the planner's tokenizer)."
     return scripted_modules(tasks, planner=planner, tokenizer=getattr(planner, "tokenizer", None))
 
-def model_fingerprint(path) -> str:
-    "Which training made the model at `path`: a hash of its done-file (SFT or Flow-GRPO); any other path stands for itself."
-    done = [Path(path) / f for f in ("sft_done.json", "flow_grpo_done.json") if (Path(path) / f).exists()]
-    return stable_hash([read_json(p) for p in done]) if done else str(path)
-
 def tensorboard_writer(log_dir, step: int):
     "A TensorBoard writer of the curves in `log_dir`; resuming after `step` drops what a killed run wrote after that step."
     from torch.utils.tensorboard import SummaryWriter
     return SummaryWriter(str(log_dir), purge_step=step + 1 if step else None)
 
+def flow_grpo_key(cfg: FlowGRPOConfig, planner) -> str:
+    "The config hash of a planner trained by `train_flow_grpo` from `planner` at `cfg`: its settings and which training made the start."
+    return stable_hash(["flow_grpo", config_settings(cfg), model_fingerprint(planner)])
+
 def train_flow_grpo(planner, tasks: Sequence[dict], out_dir, config: FlowGRPOConfig | None = None,
-                    make_modules: Callable = default_modules, progress: bool = True) -> Path:
-    "Train the planner at `planner` (a model dir) by Flow-GRPO on `tasks`; resumes its own `out_dir/checkpoint`, skips when done."
+                    make_modules: Callable = default_modules, progress: bool = True, key: str | None = None) -> Path:
+    "Train the planner at `planner` (a model dir) by Flow-GRPO on `tasks` unless built under `key` (default `flow_grpo_key`); resumes its own `out_dir/checkpoint`."
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM
-    cfg, out_dir = config or FlowGRPOConfig(), Path(out_dir)
-    done, start_from = out_dir / "flow_grpo_done.json", model_fingerprint(planner)
-    run_key = {"config": config_json(cfg), "start": start_from}
-    stored = read_json(done) if done.exists() else {}
-    if {k: stored.get(k) for k in run_key} == run_key: return out_dir
+    cfg, out_dir, start_from = config or FlowGRPOConfig(), Path(out_dir), model_fingerprint(planner)
+    key = key or flow_grpo_key(cfg, planner)
+    adopt_earlier_record(out_dir, "flow_grpo_done.json", lambda r: r.get("config") == config_json(cfg) and r.get("start") == start_from)
+    if found_built(out_dir, key): return out_dir
+    start_building(out_dir, key)                  # a checkpoint of another config or start point is never resumed
     ckpt = out_dir / "checkpoint"
-    if ckpt.exists() and not ((out_dir / "run_key.json").exists() and read_json(out_dir / "run_key.json") == run_key):
-        shutil.rmtree(ckpt)                       # a checkpoint of another config or start point: never resumed
-    atomic_write_json(out_dir / "run_key.json", run_key)
     start = ckpt if (ckpt / "trainer_state.pt").exists() else Path(planner)
     model, tok = AutoModelForCausalLM.from_pretrained(str(start)), load_tokenizer(str(start))
     ref = AutoModelForCausalLM.from_pretrained(str(planner)) if cfg.beta else None
@@ -287,16 +285,16 @@ def train_flow_grpo(planner, tasks: Sequence[dict], out_dir, config: FlowGRPOCon
         k = trainer.step * q
         row = trainer.train_step([order[(k + j) % len(order)] for j in range(q)])
         bar.update(1); bar.set_postfix(reward=f"{row['reward']:.2f}", err=f"{row['tool_error_rate']:.2f}")
-        for key, v in row.items():
-            if key != "step" and isinstance(v, (int, float)): board.add_scalar(f"flow_grpo/{key}", v, trainer.step)
+        for name, v in row.items():
+            if name != "step" and isinstance(v, (int, float)): board.add_scalar(f"flow_grpo/{name}", v, trainer.step)
         board.flush()                             # a kill loses no finished step's curve
         if trainer.step % cfg.save_every == 0 or trainer.step == cfg.steps: trainer.save(out_dir)
     bar.close(); board.close()
     trainer.policy.save_pretrained(str(out_dir)); tok.save_pretrained(str(out_dir))
     atomic_write_json(out_dir / "flow_grpo_curves.json", trainer.history)
     plot_flow_curves(trainer.history, out_dir / "flow_grpo_curves.png")
-    atomic_write_json(done, {**run_key, "steps": trainer.step, "wall_s": time.perf_counter() - t0,
-                             "episodes": cfg.steps * q * cfg.group_size})
+    mark_built(out_dir, key=key, info={"config": config_json(cfg), "start": start_from, "steps": trainer.step,
+                                       "wall_s": time.perf_counter() - t0, "episodes": cfg.steps * q * cfg.group_size})
     return out_dir
 
 # %% ../nbs/12a_flow_grpo.ipynb #41425884

@@ -10,8 +10,8 @@ from typing import Sequence
 
 from .agentflow import AgentFlowConfig
 from .cli import Command, recorded, run_stage_command, stage_parser
-from .core import close_process_group, read_json
-from .flow_grpo import FlowGRPOConfig, model_fingerprint
+from .core import built_record, close_process_group, model_fingerprint, read_json
+from .flow_grpo import FlowGRPOConfig
 from .stage_agentflow import LABELS, planner_warm_start, run_agentflow_stage
 from .stage_flow_grpo import flow_grpo_ablations, flow_grpo_planner, offline_sft_planner
 from .stages import AFM_COMMANDS
@@ -24,17 +24,16 @@ def _cfgs(a) -> tuple[AgentFlowConfig, FlowGRPOConfig]: return AgentFlowConfig.f
 
 def _warm_done(rd: Path, a) -> dict | None:
     af = rd / "agentflow"
-    return recorded(af / "teacher_flows.json", "config") if (af / "planner_warm" / "sft_done.json").exists() else None
+    return recorded(af / "teacher_flows.json", "config") if built_record(af / "planner_warm") is not None else None
 
-def _from_warm(rd: Path, done: str, key: str | None = None) -> dict | None:
-    "The config a planner trained from the warm start recorded in `agentflow/done` (under `key`); None when missing or from another warm start."
-    path = rd / "agentflow" / done
-    rec = (read_json(path)[key] if key else read_json(path)) if path.exists() else None
-    return rec["config"] if rec is not None and rec["start"] == model_fingerprint(rd / "agentflow" / "planner_warm") else None
+def _from_warm(rd: Path, record: dict | None) -> dict | None:
+    "The config in `record` (what a planner trained from the warm start recorded); None when missing or from another warm start."
+    return record["config"] if record is not None and record["start"] == model_fingerprint(rd / "agentflow" / "planner_warm") else None
 
-def _results_of(path: Path, part: str, done: Path) -> dict | None:
-    "The config of the results at `path` while their `part` is the `done` file there now; None when missing or out of date."
-    return read_json(path)["config"] if path.exists() and done.exists() and read_json(path)[part] == read_json(done) else None
+def _results_of(path: Path, part: str, model: Path) -> dict | None:
+    "The config of the results at `path` while their `part` is the training record of `model` now; None when missing or out of date."
+    trained = built_record(model)
+    return read_json(path)["config"] if path.exists() and trained is not None and read_json(path)[part] == trained else None
 
 def _accuracies(m: dict[str, dict], path: Path) -> str:
     return "test accuracy: " + ", ".join(f"{LABELS.get(n, n)} {x['accuracy']:.3f}" for n, x in m.items()) + f" ({path})"
@@ -46,21 +45,21 @@ FLOW_COMMANDS = {c.name: c for c in (
     Command("eval-agentflow", "the system with the teacher planner and with the warm start on the test tasks: agentflow_results.json",
             "eval-agentflow --run-dir runs/smoke",
             lambda rd, a: _accuracies(run_agentflow_stage(rd, _cfgs(a)[0])["metrics"], rd / "agentflow_results.json"),
-            lambda rd, a: _results_of(rd / "agentflow_results.json", "warm_start", rd / "agentflow" / "planner_warm" / "sft_done.json"),
+            lambda rd, a: _results_of(rd / "agentflow_results.json", "warm_start", rd / "agentflow" / "planner_warm"),
             lambda rd, a: [rd / "agentflow_results.json"], needs=lambda a: [["warm-start"]]),
     Command("train-flow-grpo", "Flow-GRPO: the planner trained in the flow from the warm start, into agentflow/planner_flow_grpo",
             "train-flow-grpo --run-dir runs/smoke", lambda rd, a: flow_grpo_planner(rd, *_cfgs(a)),
-            lambda rd, a: _from_warm(rd, "planner_flow_grpo/flow_grpo_done.json"),
+            lambda rd, a: _from_warm(rd, built_record(rd / "agentflow" / "planner_flow_grpo")),
             lambda rd, a: [rd / "agentflow" / "planner_flow_grpo"], needs=lambda a: [["warm-start"]]),
     Command("offline-sft", "the offline-SFT planner: Flow-GRPO's compute spent on SFT of the warm start's solved flows",
             "offline-sft --run-dir runs/smoke", lambda rd, a: offline_sft_planner(rd, *_cfgs(a)),
-            lambda rd, a: _from_warm(rd, "offline_sft_rows.json", "key")
-                          if (rd / "agentflow" / "planner_offline_sft" / "sft_done.json").exists() else None,
+            lambda rd, a: _from_warm(rd, recorded(rd / "agentflow" / "offline_sft_rows.json", "key"))
+                          if built_record(rd / "agentflow" / "planner_offline_sft") is not None else None,
             lambda rd, a: [rd / "agentflow" / "planner_offline_sft", rd / "agentflow" / "offline_sft_rows.json"], needs=lambda a: [["warm-start"]]),
     Command("flow-ablations", "warm start vs Flow-GRPO vs offline SFT on test, turn budgets, tool use, GameOf24: flow_grpo_results.json",
             "flow-ablations --run-dir runs/smoke",
             lambda rd, a: _accuracies(flow_grpo_ablations(rd, *_cfgs(a))["planners"], rd / "flow_grpo_results.json"),
-            lambda rd, a: _results_of(rd / "flow_grpo_results.json", "training", rd / "agentflow" / "planner_flow_grpo" / "flow_grpo_done.json"),
+            lambda rd, a: _results_of(rd / "flow_grpo_results.json", "training", rd / "agentflow" / "planner_flow_grpo"),
             lambda rd, a: [rd / "flow_grpo_results.json"], needs=lambda a: [["train-flow-grpo"], ["offline-sft"]]))}
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -392,6 +392,7 @@ class MistakeKnobs:
 @dataclass
 class TeacherConfig:
     "Sizes and settings of the teacher stage: who plays the team, its limits, how many tasks in flight."
+    unkeyed_fields = ("workers", "shard_size")            # tasks in flight, shard size: how fast, not what, the traces are
     profile: str = "smoke"
     knobs: MistakeKnobs = field(default_factory=MistakeKnobs)
     limits: MASLimits = field(default_factory=MASLimits)

@@ -13,7 +13,8 @@ from typing import Callable, Sequence
 import torch
 from datasets import Dataset
 
-from .core import QA_KINDS, atomic_write_json, check_profile, config_json, read_json
+from .core import (QA_KINDS, adopt_earlier_record, atomic_write_json, check_profile, config_json, config_settings, found_built,
+                          mark_built, model_fingerprint, read_json, stable_hash, start_building)
 from .episode import TURN_TOKENS, Episode, Limits
 from .evaluate import is_correct
 from .format import COA, TagSet
@@ -27,13 +28,14 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['CURVES', 'RLConfig', 'episode_reward', 'qa_judge_reward', 'overlong_penalty', 'trl_sample', 'informative',
            'fill_groups', 'CoARollout', 'batch_stats', 'outcome_reward', 'grpo_args', 'dev_callback', 'time_split',
-           'logprob_agreement', 'rl_trainer_class', 'build_rl_trainer', 'train_rl', 'rl_curves', 'plot_rl_curves',
-           'pass_rates', 'select_tasks', 'plot_pass_rates']
+           'logprob_agreement', 'rl_trainer_class', 'build_rl_trainer', 'rl_key', 'train_rl', 'rl_curves',
+           'plot_rl_curves', 'pass_rates', 'select_tasks', 'plot_pass_rates']
 
 # %% ../nbs/10a_rl.ipynb #b296f082
 @dataclass
 class RLConfig:
     "Sizes and settings of the agentic RL stage: DAPO over multi-turn tool rollouts of the SFT student."
+    unkeyed_fields = ("save_every", "threads")           # how often it checkpoints, how many threads: not what it trains
     profile: str = "smoke"
     group_size: int = 8             # G: episodes per task, the group their advantages are normalised in
     groups_per_batch: int = 8       # tasks per rollout batch
@@ -383,13 +385,19 @@ def build_rl_trainer(model, tokenizer, tasks: Sequence[dict], dev_tasks: Sequenc
     return trainer, ro, dev
 
 # %% ../nbs/10a_rl.ipynb #caca273b
+def rl_key(cfg: RLConfig, policy) -> str:
+    "The config hash of a model trained by `train_rl` from `policy` at `cfg`: its settings and which training made the policy (a model object: unnamed)."
+    return stable_hash(["rl", config_settings(cfg), model_fingerprint(policy) if isinstance(policy, (str, os.PathLike)) else None])
+
 def train_rl(policy, tasks: Sequence[dict], dev_tasks: Sequence[dict], out_dir, config: RLConfig | None = None, tokenizer=None,
-             fmt: TagSet | str = COA, reward_fn: Callable[[dict, str | None], float] | None = None, toolbox=None) -> Path:
-    "DAPO on `tasks` from the model at `policy` (an HF path, or a model with `tokenizer`); the saved model's dir, with its curves and time split."
+             fmt: TagSet | str = COA, reward_fn: Callable[[dict, str | None], float] | None = None, toolbox=None, key: str | None = None) -> Path:
+    "DAPO on `tasks` from the model at `policy` (an HF path, or a model with `tokenizer`) unless built under `key` (default `rl_key`); the saved model's dir, with its curves and time split."
     from transformers import AutoModelForCausalLM
     cfg, out_dir = config or RLConfig(), Path(out_dir)
-    done = out_dir / "rl_done.json"
-    if done.exists() and read_json(done).get("config") == config_json(cfg): return out_dir
+    key = key or rl_key(cfg, policy)
+    adopt_earlier_record(out_dir, "rl_done.json", lambda r: r.get("config") == config_json(cfg))
+    if found_built(out_dir, key): return out_dir
+    start_building(out_dir, key)
     if isinstance(policy, torch.nn.Module):
         if tokenizer is None: raise ValueError("train_rl(model_object) needs tokenizer=...")
         model = policy
@@ -408,7 +416,7 @@ def train_rl(policy, tasks: Sequence[dict], dev_tasks: Sequence[dict], out_dir, 
         curves = rl_curves(trainer.state.log_history, ro.history, dev.history)
         atomic_write_json(out_dir / "rl_curves.json", curves)
         plot_rl_curves(curves, out_dir / "rl_curves.png")
-        atomic_write_json(done, {"config": asdict(cfg), "global_step": trainer.state.global_step, "tasks": len(ro.tasks),
+        mark_built(out_dir, key=key, info={"config": asdict(cfg), "global_step": trainer.state.global_step, "tasks": len(ro.tasks),
                                  "episodes": sum(h["episodes"] for h in ro.history), **time_split(ro, dev, time.perf_counter() - t0, since),
                                  "resumed_from": resume.name if resume else None})
     trainer.accelerator.wait_for_everyone()

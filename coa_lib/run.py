@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fastcore.basics import patch
 from .agentflow import AgentFlowConfig
-from .core import SPLITS, check_profile, config_json, resolve_run_dir, stable_hash
+from .core import SPLITS, check_profile, config_settings, resolve_run_dir, stable_hash
 from .distill import DISTILLERS
 from .filtering import SFT_SETS, FilterConfig
 from .flow_grpo import FlowGRPOConfig
@@ -55,21 +55,17 @@ def run_dir_of(run: Run | str | os.PathLike | None) -> Path:
     return run.dir if isinstance(run, Run) else resolve_run_dir(run)
 
 # %% ../nbs/14g_run.ipynb #3d62e907
-def _settings(cfg, *leave_out: str) -> dict:
-    "A config as hashed: its JSON form without the profile and the fields in `leave_out` (they change how fast, not what, it builds)."
-    return {k: v for k, v in config_json(cfg).items() if k not in ("profile", *leave_out)}
-
 def task_key(cfg: TaskConfig) -> str:
     "The config hash of the task splits built under `cfg`."
-    return stable_hash(["tasks", _settings(cfg)])
+    return stable_hash(["tasks", config_settings(cfg)])
 
 def artifact_keys(run: Run) -> dict[str, str]:
     "The artifact table of the prepared stages: name -> the hash of its stage's settings and of its inputs' hashes."
     tasks = task_key(run.tasks)
     tok = stable_hash(["student_tokenizer", tasks, run.vocab_size])
-    teacher = stable_hash(["teacher", tasks, tok, _settings(run.teacher, "workers", "shard_size")])
+    teacher = stable_hash(["teacher", tasks, tok, config_settings(run.teacher)])
     distilled = stable_hash(["distilled", teacher, tok])
-    sft_sets = stable_hash(["sft_sets", distilled, _settings(run.filter)])
+    sft_sets = stable_hash(["sft_sets", distilled, config_settings(run.filter)])
     return {**{f"tasks_{s}": tasks for s in SPLITS}, "student_tokenizer": tok, "teacher_traces": teacher, "teacher_eval": teacher,
             **{f"distilled_{f}": distilled for f in DISTILLERS}, **{n: sft_sets for n in SFT_SETS}}
 

@@ -4,7 +4,7 @@
 
 # %% ../nbs/09c_sft.ipynb #c1803d97
 from __future__ import annotations
-import math, random, time
+import math, os, random, time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -13,7 +13,8 @@ import torch
 from datasets import Dataset
 from fastcore.basics import patch
 
-from .core import atomic_write_json, check_profile, launched_processes, read_json
+from .core import (adopt_earlier_record, atomic_write_json, check_profile, config_settings, found_built, launched_processes,
+                          mark_built, read_json, same_settings, stable_hash, start_building)
 from .episode import TURN_TOKENS, Limits
 from .filtering import check_kind_shares, kind_share_rows
 from .format import observation_char_spans
@@ -22,8 +23,8 @@ from .tuning import Tuning, WallClockBudget, default_lr, merged, prepare_for_tun
 # %% auto #0
 __all__ = ['IGNORE', 'KIND_SHARES', 'BF16_MIN_SPEEDUP', 'COPY_LOSS_KEYS', 'completion_pieces', 'encode_sft_row', 'tokenize_sft',
            'SFTStageConfig', 'longest_turns', 'probe_precision', 'choose_precision', 'WeightedLossCollator',
-           'weighted_token_loss', 'build_sft_trainer', 'last_checkpoint', 'budget_subset', 'train_sft', 'plot_loss',
-           'sft_loss', 'replace_token', 'quote_rows', 'eval_loss', 'ladder_summary', 'copy_token_losses']
+           'weighted_token_loss', 'build_sft_trainer', 'last_checkpoint', 'budget_subset', 'sft_key', 'train_sft',
+           'plot_loss', 'sft_loss', 'replace_token', 'quote_rows', 'eval_loss', 'ladder_summary', 'copy_token_losses']
 
 # %% ../nbs/09c_sft.ipynb #47720e1c
 IGNORE = -100   # the label of a token that gets no loss
@@ -78,9 +79,12 @@ def tokenize_sft(dataset, tokenizer, max_len: int | None = 1024, obs_weight: flo
 # The full profile's share of each task kind in a student's tokens (the set's own mix: multihop 0.19; see the ladder below)
 KIND_SHARES = {"multihop": 0.30, "comparison": 0.28, "mixed": 0.18, "code": 0.12, "game24": 0.06, "math": 0.06}
 
+# %% ../nbs/09c_sft.ipynb #8267bbfd
 @dataclass
 class SFTStageConfig:
     "Sizes and settings of the SFT stage (named so as not to clash with TRL's `SFTConfig`)."
+    unkeyed_fields = ("save_steps", "logging_steps", "token_metrics", "threads", "lanes", "base_threads", "n_eval", "max_turns",
+                      "max_new_tokens", "eval_dtype")     # speed, logging, evaluation: a trained student's key leaves them out
     profile: str = "smoke"
     size: str = "tiny"              # a coa_lib.llm.QWEN2_SIZES name, for a student built from scratch
     max_len: int = 1024             # tokens per row (prompt + trajectory), cut from the start
@@ -311,18 +315,23 @@ def budget_subset(dataset: Dataset, tokenizer, cfg: SFTStageConfig, chunk: int =
     return concatenate_datasets(parts)
 
 # %% ../nbs/09c_sft.ipynb #f70bb68b
-def train_sft(dataset, base, out_dir, config: SFTStageConfig | None = None, tokenizer=None, callbacks=None) -> Path:
-    "Train `base` on `dataset` (prompt/completion rows or a tokenized set), observations masked; the saved model's dir."
+def sft_key(cfg: SFTStageConfig, base) -> str:
+    "The config hash of a model trained by `train_sft` from `base` (a path, or a model object: unnamed) at `cfg`; a caller that knows its data passes its own."
+    return stable_hash(["sft", config_settings(cfg), str(base) if isinstance(base, (str, os.PathLike)) else None])
+
+def train_sft(dataset, base, out_dir, config: SFTStageConfig | None = None, tokenizer=None, callbacks=None, key: str | None = None) -> Path:
+    "Train `base` on `dataset` (prompt/completion rows or a tokenized set), observations masked, unless built under `key` (default `sft_key`); the saved model's dir."
     cfg, out_dir = config or SFTStageConfig(), Path(out_dir)
-    done = out_dir / "sft_done.json"
-    if cfg.max_steps is not None and done.exists() and read_json(done).get("max_steps") == cfg.max_steps: return out_dir  # no tokenizing
+    key = key or sft_key(cfg, base)
+    adopt_earlier_record(out_dir, "sft_done.json", lambda r: same_settings(r.get("config"), cfg))
+    if found_built(out_dir, key): return out_dir                    # before loading or tokenizing anything
+    start_building(out_dir, key)
     model, tokenizer = _load_base(base, tokenizer)
     model = prepare_for_tuning(model, cfg.tuning, cfg.train_layers, cfg.lora_r, cfg.lora_alpha)
     if not isinstance(dataset, Dataset): dataset = Dataset.from_list(list(dataset))
     train_set = dataset if "labels" in dataset.column_names else budget_subset(dataset, tokenizer, cfg)
     if train_set.num_rows == 0: raise ValueError(f"train_sft: no trainable rows in the dataset for {out_dir}")
     max_steps = cfg.steps_for(sum(len(x) for x in train_set["input_ids"]) / train_set.num_rows)
-    if done.exists() and read_json(done).get("max_steps") == max_steps: return out_dir
     threads = torch.get_num_threads()
     if cfg.threads: torch.set_num_threads(cfg.threads)
     try:
@@ -341,7 +350,7 @@ def train_sft(dataset, base, out_dir, config: SFTStageConfig | None = None, toke
         history = [h for h in trainer.state.log_history if "loss" in h]
         atomic_write_json(out_dir / "loss_history.json", history)
         plot_loss([history], [out_dir.name], out_dir / "loss.png")
-        atomic_write_json(done, {"max_steps": max_steps, "global_step": trainer.state.global_step, "rows": train_set.num_rows,
+        mark_built(out_dir, key=key, info={"max_steps": max_steps, "global_step": trainer.state.global_step, "rows": train_set.num_rows,
                                  "tokens_seen": int(trainer.state.num_input_tokens_seen), "resumed_from": str(resume) if resume else None,
                                  "wall_s": wall, "train_loss": result.training_loss, "precision": precision, "config": asdict(cfg),
                                  "processes": trainer.args.world_size,

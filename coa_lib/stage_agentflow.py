@@ -4,13 +4,13 @@
 
 # %% ../nbs/11_agentflow.ipynb #9b0c1cba
 from __future__ import annotations
-import shutil
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Sequence
 
 from .agentflow import AgentFlowConfig, ModelPlanner, flow_metrics, is_tool_error, planner_sft_rows, solve
-from .core import accuracy_text, atomic_write_json, atomic_write_text, config_json, pct, read_json, stable_hash
+from .core import (accuracy_text, adopt_earlier_record, atomic_write_json, atomic_write_text, built_record, config_json, config_settings,
+                          found_built, model_fingerprint, pct, read_json, stable_hash)
 from .evaluate import eval_tasks
 from .run import as_run, run_dir_of
 from .scripted_flow import scripted_modules
@@ -45,18 +45,17 @@ def _sft_config(profile: str, steps: int, batch: int, lr: float) -> SFTStageConf
 
 def planner_warm_start(run_dir, cfg: AgentFlowConfig) -> Path:
     "The warm-start planner (`run_dir/agentflow/planner_warm`): the CoA SFT student after SFT on the teacher planner's solved flows."
-    out, key = _af_dir(run_dir) / "planner_warm", config_json(cfg)
-    flows = _af_dir(run_dir) / "teacher_flows.json"
-    if (out / "sft_done.json").exists() and flows.exists() and read_json(flows).get("config") == key: return out
-    base = sft_student(run_dir, cfg.profile)
+    run = as_run(run_dir, cfg.profile)
+    out, flows, base = _af_dir(run) / "planner_warm", _af_dir(run) / "teacher_flows.json", sft_student(run, cfg.profile)
+    key = stable_hash(["planner_warm", config_settings(cfg), model_fingerprint(base), run.key("tasks_train")])
+    adopt_earlier_record(out, "sft_done.json", lambda r: flows.exists() and read_json(flows).get("config") == config_json(cfg))
+    if found_built(out, key): return out
     tok = load_tokenizer(str(base))
-    train = agentflow_tasks(run_dir, cfg, "train", cfg.teacher_per_kind)
+    train = agentflow_tasks(run, cfg, "train", cfg.teacher_per_kind)
     recs = solve(train, scripted_modules(train, tokenizer=tok), cfg.max_turns, cfg.limits())
     rows = planner_sft_rows(recs)
-    if out.exists(): shutil.rmtree(out)                                           # another config's planner: start afresh
-    path = train_sft(rows, base, out, _sft_config(cfg.profile, cfg.warm_steps, cfg.warm_batch, cfg.warm_lr), tokenizer=tok)
-    atomic_write_json(flows, {"config": key, "tasks": len(recs), "rows": len(rows), "metrics": flow_metrics(recs, train)})
-    return path
+    atomic_write_json(flows, {"config": config_json(cfg), "tasks": len(recs), "rows": len(rows), "metrics": flow_metrics(recs, train)})
+    return train_sft(rows, base, out, _sft_config(cfg.profile, cfg.warm_steps, cfg.warm_batch, cfg.warm_lr), tokenizer=tok, key=key)
 
 # %% ../nbs/11_agentflow.ipynb #f8509f42
 FLOW_RECORD_FIELDS = ("id", "kind", "reward", "answer", "turns", "stopped", "tools", "errors", "tokens", "calls", "tool_calls", "wall_s",
@@ -70,8 +69,8 @@ def _compact(r) -> dict:
 def flow_eval(run_dir, name: str, planner, tasks: Sequence[dict], cfg: AgentFlowConfig, max_turns: int | None = None) -> dict:
     "Metrics (and per-task records) of the system with `planner` (a model dir; None: the teacher planner) on `tasks`, cached by name."
     path, max_turns = _af_dir(run_dir) / "eval" / f"{name}.json", max_turns or cfg.max_turns
-    stamp = [p for p in (Path(planner) / f for f in ("sft_done.json", "flow_grpo_done.json")) if p.exists()] if planner else []
-    key = stable_hash([name, [t["id"] for t in tasks], max_turns, asdict(cfg.limits()), [read_json(p) for p in stamp], FLOW_RECORD_FIELDS])
+    trained = [{k: v for k, v in built_record(planner).items() if k != "config_hash"}] if planner and built_record(planner) else []
+    key = stable_hash([name, [t["id"] for t in tasks], max_turns, asdict(cfg.limits()), trained, FLOW_RECORD_FIELDS])
     if path.exists() and read_json(path)["key"] == key: return read_json(path)["metrics"]
     if planner is None: modules = scripted_modules(tasks, tokenizer=student_tokenizer(run_dir, cfg.profile))
     else:
@@ -125,7 +124,7 @@ def run_agentflow_stage(run_dir, cfg: AgentFlowConfig) -> dict:
     test, warm = agentflow_tasks(run, cfg, "test", cfg.n_test), planner_warm_start(run, cfg)
     metrics = {"teacher_planner": flow_eval(run, "teacher_planner", None, test, cfg), "warm_start": flow_eval(run, "warm_start", warm, test, cfg)}
     out = {"profile": cfg.profile, "config": asdict(cfg), "n_test_tasks": len(test), "metrics": metrics,
-           "teacher_flows": read_json(_af_dir(run) / "teacher_flows.json"), "warm_start": read_json(warm / "sft_done.json")}
+           "teacher_flows": read_json(_af_dir(run) / "teacher_flows.json"), "warm_start": built_record(warm)}
     atomic_write_json(run.dir / "agentflow_results.json", out)
     atomic_write_text(run.dir / "report" / "11_agentflow.md", agentflow_report(run.dir))
     return out

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from .agentflow import CATEGORIES, TOOL_LABELS, AgentFlowConfig, FlowLimits, planner_sft_rows, solve
 from .benchmarks import game24_real
-from .core import accuracy_text, atomic_dir, atomic_write_json, atomic_write_text, config_json, pct, read_json
-from .flow_grpo import FlowGRPOConfig, default_modules, model_fingerprint, train_flow_grpo
+from .core import (accuracy_text, adopt_earlier_record, atomic_dir, atomic_write_json, atomic_write_text, built_record, config_json,
+                          config_settings, found_built, mark_built, model_fingerprint, pct, read_json, stable_hash)
+from .flow_grpo import FlowGRPOConfig, default_modules, train_flow_grpo
 from .run import as_run
 from .sft import train_sft
 from .stage_agentflow import LABELS, _af_dir, _kind_rows, _sft_config, _system_rows, agentflow_tasks, flow_eval, load_planner, planner_warm_start
@@ -83,34 +84,32 @@ def flow_grpo_planner(run_dir, acfg: AgentFlowConfig, gcfg: FlowGRPOConfig) -> P
     "The planner after Flow-GRPO from the warm start (`run_dir/agentflow/planner_flow_grpo`; resumed or skipped when done)."
     return train_flow_grpo(planner_warm_start(run_dir, acfg), flow_grpo_pool(run_dir, acfg, gcfg), _af_dir(run_dir) / "planner_flow_grpo", gcfg)
 
-def _unchanged_copy(src: Path, out: Path, done: dict) -> Path:
-    "`src`'s model at `out` (written atomically), with `done` as its `sft_done.json`."
-    def write(tmp: Path):
-        shutil.copytree(src, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns("checkpoints"))
-        atomic_write_json(tmp / "sft_done.json", done)
-    return atomic_dir(out, write)
+def _unchanged_copy(src: Path, out: Path, record: dict, key: str) -> Path:
+    "`src`'s model at `out` (written atomically), built under `key` with `record` as its training record."
+    atomic_dir(out, lambda tmp: shutil.copytree(src, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns("checkpoints", "building.json")))
+    mark_built(out, record, key)
+    return out
 
 def offline_sft_planner(run_dir, acfg: AgentFlowConfig, gcfg: FlowGRPOConfig) -> Path:
     "Same compute as Flow-GRPO, offline: as many warm-start flows (same queries, same sampling), SFT on the solved flows' planner turns."
     out, info = _af_dir(run_dir) / "planner_offline_sft", _af_dir(run_dir) / "offline_sft_rows.json"
     warm, pool = planner_warm_start(run_dir, acfg), flow_grpo_pool(run_dir, acfg, gcfg)
-    key = {"config": config_json(gcfg), "start": model_fingerprint(warm)}
-    if (out / "sft_done.json").exists() and info.exists() and read_json(info).get("key") == key: return out
+    settings = {"config": config_json(gcfg), "start": model_fingerprint(warm)}
+    key = stable_hash(["offline_sft", config_settings(gcfg), settings["start"], [t["id"] for t in pool]])
+    adopt_earlier_record(out, "sft_done.json", lambda r: info.exists() and read_json(info).get("key") == settings)
+    if found_built(out, key): return out
     order = list(pool); random.Random(gcfg.seed).shuffle(order)                # the order `train_flow_grpo` takes them in
     q = gcfg.queries_per_step
     batch = [order[(k * q + j) % len(order)] for k in range(gcfg.steps) for j in range(q) for _ in range(gcfg.group_size)]
     pl = load_planner(warm)
     recs = solve(batch, default_modules(batch, pl), gcfg.max_turns, FlowLimits(memory_chars=acfg.memory_chars, temperature=gcfg.temperature), seed=gcfg.seed)
     rows = planner_sft_rows(recs)
-    if out.exists(): shutil.rmtree(out)
+    atomic_write_json(info, {"key": settings, "flows": len(recs), "solved": sum(r.reward >= 1 for r in recs), "rows": len(rows)})
     if not rows:                                                                # nothing solved: nothing to imitate, the warm start stays
-        path = _unchanged_copy(warm, out, {"max_steps": gcfg.optimizer_steps, "rows": 0, "global_step": 0,
-                                           "note": "no solved flow: the warm start, unchanged"})
-    else:
-        batch_rows = max(1, round(len(rows) / gcfg.optimizer_steps))            # one pass over the rows in as many steps as Flow-GRPO
-        path = train_sft(rows, warm, out, _sft_config(acfg.profile, gcfg.optimizer_steps, batch_rows, gcfg.lr), tokenizer=pl.tokenizer)
-    atomic_write_json(info, {"key": key, "flows": len(recs), "solved": sum(r.reward >= 1 for r in recs), "rows": len(rows)})
-    return path
+        return _unchanged_copy(warm, out, {"max_steps": gcfg.optimizer_steps, "rows": 0, "global_step": 0,
+                                           "note": "no solved flow: the warm start, unchanged"}, key)
+    batch_rows = max(1, round(len(rows) / gcfg.optimizer_steps))                # one pass over the rows in as many steps as Flow-GRPO
+    return train_sft(rows, warm, out, _sft_config(acfg.profile, gcfg.optimizer_steps, batch_rows, gcfg.lr), tokenizer=pl.tokenizer, key=key)
 
 # %% ../nbs/12_flow_grpo.ipynb #680b4937
 def flow_grpo_report(run_dir) -> str:
@@ -165,7 +164,7 @@ def flow_grpo_ablations(run_dir, acfg: AgentFlowConfig, gcfg: FlowGRPOConfig) ->
     fg = paths["flow_grpo"]
     out = {"profile": acfg.profile, "config": asdict(gcfg), "n_test_tasks": len(test), "planners": planners, "turn_budget": budgets,
            "gameof24": {"n": len(g24), "metrics": game24, "paper": 53.0}, "curves": read_json(fg / "flow_grpo_curves.json"),
-           "training": read_json(fg / "flow_grpo_done.json"), "offline_sft": read_json(_af_dir(run) / "offline_sft_rows.json")}
+           "training": built_record(fg), "offline_sft": read_json(_af_dir(run) / "offline_sft_rows.json")}
     atomic_write_json(run.dir / "flow_grpo_results.json", out)
     atomic_write_text(run.dir / "report" / "12_flow_grpo.md", flow_grpo_report(run.dir))
     return out

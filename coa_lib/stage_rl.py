@@ -9,8 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
-from .cli import config_changes
-from .core import TASK_KINDS, accuracy_text, atomic_write_json, atomic_write_text, config_json, launched_processes, pct, read_json
+from .core import (TASK_KINDS, accuracy_text, atomic_write_json, atomic_write_text, built_record, done_marker, found_built, launched_processes,
+                          mark_built, model_fingerprint, pct, read_json, stable_hash)
 from .evaluate import eval_tasks
 from .format import COA
 from .llm import load_policy
@@ -37,11 +37,12 @@ def _selection_key(cfg: RLConfig) -> dict:
 def rl_selection(run: Run | str | os.PathLike | None, cfg: RLConfig) -> dict:
     "AFM's data selection, cached in `run_dir/rl/selection.json`: the SFT student's pass rates on training tasks and the tasks kept."
     run = as_run(run, cfg.profile)
-    path, key = _rl_dir(run) / "selection.json", _selection_key(cfg)
-    if path.exists() and read_json(path)["key"] == key: return read_json(path)
+    path, settings, sft_dir = _rl_dir(run) / "selection.json", _selection_key(cfg), sft_student(run, cfg.profile)
+    key = stable_hash(["rl_selection", settings, model_fingerprint(sft_dir), run.key("tasks_train")])
+    if not done_marker(path).exists() and path.exists() and read_json(path)["key"] == settings: mark_built(path)   # an earlier version's
+    if found_built(path, key): return read_json(path)
     if launched_processes() > 1: raise RuntimeError(f"{path}: missing, and this is one of {launched_processes()} processes; "
                                                     "run `python -m coa_lib.stages select-rl` in one process first")
-    sft_dir = sft_student(run, cfg.profile)
     train = build_task_splits(run.dir, run.tasks)["train"].shuffle(seed=cfg.seed)
     pool = eval_tasks(train, cfg.select_per_kind)
     rates = pass_rates(load_policy(sft_dir), pool, cfg.select_k, cfg, COA, seed=cfg.seed)
@@ -49,8 +50,8 @@ def rl_selection(run: Run | str | os.PathLike | None, cfg: RLConfig) -> dict:
     for t in select_tasks(pool, rates, cfg.max_pass_rate, cfg.select_min_passes):
         p = agent_prompt(t, COA, tok)
         if p not in seen: seen.add(p); selected.append(t["id"])         # TRL identifies a task by its prompt
-    out = {"key": key, "pool": [t["id"] for t in pool], "rates": rates, "selected": selected}
-    atomic_write_json(path, out)
+    out = {"key": settings, "pool": [t["id"] for t in pool], "rates": rates, "selected": selected}   # "key": the settings, for the CLI
+    atomic_write_json(path, out); mark_built(path, key=key)
     return out
 
 def _tasks_by_id(run: Run, split: str, ids: Sequence[str]) -> list[dict]:
@@ -59,11 +60,8 @@ def _tasks_by_id(run: Run, split: str, ids: Sequence[str]) -> list[dict]:
 
 # %% ../nbs/10_agentic_rl.ipynb #f0d530c6
 def train_rl_student(run: Run | str | os.PathLike | None, cfg: RLConfig) -> Path:
-    "The CoA student after RL, in `run_dir/rl/coa_rl` (trained from `sft/coa` on the selected tasks, resumed or skipped when done)."
+    "The CoA student after RL, in `run_dir/rl/coa_rl` (trained from `sft/coa` on the selected tasks; resumed, skipped when built under this config, rebuilt under another)."
     run = as_run(run, cfg.profile)
-    done = _rl_dir(run) / "coa_rl" / "rl_done.json"
-    if done.exists() and (diff := config_changes(read_json(done)["config"], config_json(cfg))):   # never rewritten under another config
-        raise ValueError(f"{done.parent} was trained with another config: {diff}; remove it (or `train-rl --rebuild`) to train again")
     sel = rl_selection(run, cfg)
     if not sel["selected"]: raise ValueError(f"RL data selection kept no task of {len(sel['pool'])} (pass rates in {_rl_dir(run)}/selection.json)")
     tasks = _tasks_by_id(run, "train", sel["selected"])
@@ -122,7 +120,7 @@ def run_rl_stage(run: Run | str | os.PathLike | None, cfg: RLConfig) -> dict:
     out = {"profile": cfg.profile, "config": asdict(cfg), "n_test_tasks": len(test_set),
            "metrics": {k: found[RL_EVAL_NAMES[k]] for k in models},
            "selection": {"pool": len(sel["pool"]), "selected": len(sel["selected"])}, "rates_before": before, "rates_after": after,
-           "curves": read_json(rl_dir / "rl_curves.json"), "training": read_json(rl_dir / "rl_done.json")}
+           "curves": read_json(rl_dir / "rl_curves.json"), "training": built_record(rl_dir)}
     atomic_write_json(rd / "rl_results.json", out)
     atomic_write_text(rd / "report" / "10_agentic_rl.md", rl_report(rd))
     return out

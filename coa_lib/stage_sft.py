@@ -13,7 +13,8 @@ import torch
 from datasets import Dataset, load_from_disk
 
 from .benchmarks import game24_real
-from .core import QA_KINDS, TASK_KINDS, accuracy_text, atomic_write_json, atomic_write_text, pct, read_json
+from .core import (QA_KINDS, TASK_KINDS, accuracy_text, atomic_write_json, atomic_write_text, built_record, config_settings,
+                          model_fingerprint, pct, read_json, stable_hash)
 from .distill import distill
 from .evaluate import eval_tasks, evaluate, plot_results, teacher_metrics
 from .format import COA, DIRECT, REACT, TagSet
@@ -52,14 +53,15 @@ def pretrain_base(run: Run | str | os.PathLike | None, cfg: SFTStageConfig, out_
     base_cfg = replace(cfg, kind_shares=None, batch_size=cfg.base_batch, lr=cfg.base_lr, max_steps=cfg.base_steps, max_len=512, obs_weight=0.0,
                        lr_schedule="constant_with_warmup", warmup_steps=min(50, cfg.base_steps // 10), threads=cfg.base_threads or os.cpu_count())
     out_dir = Path(out_dir) if out_dir is not None else run.dir / "sft" / "base"
-    return train_sft(rows, build_tiny_qwen2(tok, cfg.size, seed=cfg.seed), out_dir, base_cfg, tokenizer=tok)
+    key = stable_hash(["sft_base", run.key("tasks_train"), run.key("student_tokenizer"), config_settings(base_cfg)])
+    return train_sft(rows, build_tiny_qwen2(tok, cfg.size, seed=cfg.seed), out_dir, base_cfg, tokenizer=tok, key=key)
 
 # %% ../nbs/09_sft.ipynb #71f792ba
 def sft_base_record(run: Run, cfg: SFTStageConfig) -> dict:
     "The common base (`pretrain_base`, found or trained) and its quote loss on pages of unseen dev worlds, random weights vs base; `sft_base.json`."
     from transformers import AutoModelForCausalLM
     base_dir = pretrain_base(run, cfg)
-    done, tok = read_json(base_dir / "sft_done.json"), student_tokenizer(run)
+    done, tok = built_record(base_dir), student_tokenizer(run)
     dev_quotes = quote_rows(world_pages(build_task_splits(run.dir, run.tasks)["dev"], max_worlds=20), 64, seed=99)
     quote_loss = {"random weights": eval_loss(build_tiny_qwen2(tok, cfg.size, seed=cfg.seed), tok, dev_quotes),
                   "base model": eval_loss(AutoModelForCausalLM.from_pretrained(str(base_dir)), tok, dev_quotes)}
@@ -128,7 +130,8 @@ def train_student(run: Run | str | os.PathLike | None, cfg: SFTStageConfig, stud
     if cfg.base is not None: rows = rows_for_tokenizer(rows, load_tokenizer(base))
     tok = student_tokenizer(run) if base is None else None
     model = build_tiny_qwen2(tok, cfg.size, seed=cfg.seed) if base is None else base
-    return train_sft(rows, model, Path(out_root or run.dir / "sft") / student.name, cfg, tokenizer=tok)
+    key = stable_hash(["sft_student", student.name, run.key(student.sft_set), None if base is None else model_fingerprint(base), config_settings(cfg)])
+    return train_sft(rows, model, Path(out_root or run.dir / "sft") / student.name, cfg, tokenizer=tok, key=key)
 
 def student_named(name: str) -> Student:
     "The student of `STUDENTS` called `name`."
@@ -153,10 +156,8 @@ def train_students(run: Run | str | os.PathLike | None, cfg: SFTStageConfig, stu
 
 # %% ../nbs/09_sft.ipynb #40d8c3d3
 def sft_student(run: Run | str | os.PathLike | None, profile: str) -> Path:
-    "The run's CoA SFT student, trained first (at the run's SFT config) if the run has none."
+    "The run's CoA SFT student at the run's SFT config (found, or trained first)."
     run = as_run(run, profile)
-    path = run.dir / "sft" / "coa"
-    if (path / "sft_done.json").exists(): return path
     return train_student(run, run.sft, student_named("coa"))
 
 # %% ../nbs/09_sft.ipynb #3c9ec5b7
@@ -202,7 +203,7 @@ def sft_test_results(run: Run, cfg: SFTStageConfig, student_dirs: dict[str, Path
     metrics["teacher_mas"] = teacher_metrics(teacher_eval(run, progress=False), [t["id"] for t in test_set])
     training = {}
     for name, path in student_dirs.items():
-        done = read_json(path / "sft_done.json")
+        done = built_record(path)
         training[name] = {**{k: done[k] for k in ("tokens_seen", "global_step", "rows", "wall_s", "train_loss", "precision")},
                           "final_loss": read_json(path / "loss_history.json")[-1]["loss"]}
     out = {"profile": cfg.profile, "config": asdict(cfg), "n_test_tasks": len(test_set), "metrics": metrics, "training": training,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .cli import Command, given, http_url, model_arg, positive_float, positive_int, recorded, run_stage_command, stage_parser
-from .core import SPLITS, close_process_group, is_built, read_json
+from .core import SPLITS, built_record, close_process_group, done_marker, is_built, read_json
 from .distill import DISTILLERS
 from .filtering import SFT_SETS
 from .mas import TeacherConfig
@@ -66,10 +66,10 @@ def _rl_options(p) -> None:
 def _rl_config(a) -> RLConfig: return replace(RLConfig.for_profile(a.profile), **given(a, "rollout_batches", "lr"))
 
 def _rl_evaluated(rd: Path, a) -> dict | None:                       # rl_results.json's config while it describes the RL model there
-    res, done = rd / "rl_results.json", rd / "rl" / "coa_rl" / "rl_done.json"
-    return read_json(res)["config"] if res.exists() and done.exists() and read_json(res)["training"] == read_json(done) else None
+    res, trained = rd / "rl_results.json", built_record(rd / "rl" / "coa_rl")
+    return read_json(res)["config"] if res.exists() and trained is not None and read_json(res)["training"] == trained else None
 def _rl_evaluate(rd: Path, a) -> str:                                # at the RL model's own config
-    m = run_rl_stage(rd, RLConfig(**read_json(rd / "rl" / "coa_rl" / "rl_done.json")["config"]))["metrics"]
+    m = run_rl_stage(rd, RLConfig(**built_record(rd / "rl" / "coa_rl")["config"]))["metrics"]
     return f"test accuracy: SFT {m['coa_sft']['accuracy']:.3f}, SFT + RL {m['coa_rl']['accuracy']:.3f} ({rd / 'rl_results.json'})"
 
 # %% ../nbs/14a_stages.ipynb #94f3accb
@@ -80,7 +80,7 @@ AFM_COMMANDS = {c.name: c for c in (
             check=lambda a: "--teacher-endpoint and --teacher-model go together" if bool(a.teacher_endpoint) != bool(a.teacher_model) else None),
     Command("train-student", "one student's SFT, into sft/STUDENT; runs unchanged under `accelerate launch`",
             "train-student --run-dir runs/smoke --student coa --max-steps 200 --lr 1e-3", _train_student,
-            lambda rd, a: recorded(rd / "sft" / a.student / "sft_done.json", "config"), lambda rd, a: [rd / "sft" / a.student],
+            lambda rd, a: recorded(done_marker(rd / "sft" / a.student), "config"), lambda rd, a: [rd / "sft" / a.student],
             needs=lambda a: [["prepare"]], options=_student_options, asked=lambda a: given(a, "max_steps", "batch_size", "lr", "bf16", "base", "tuning")),
     Command("select-rl", "RL data selection: the CoA student's pass rates on training tasks, into rl/selection.json; one process",
             "select-rl --run-dir runs/smoke", lambda rd, a: "{} of {} training tasks selected".format(*map(len, itemgetter("selected", "pool")(rl_selection(rd, _rl_config(a))))),
@@ -88,7 +88,7 @@ AFM_COMMANDS = {c.name: c for c in (
             needs=lambda a: [["train-student", "--student", "coa"]]),
     Command("train-rl", "agentic RL (DAPO) of the CoA student on the selected tasks, into rl/coa_rl; runs under `accelerate launch`",
             "train-rl --run-dir runs/smoke --rollout-batches 4 --lr 1e-4", lambda rd, a: train_rl_student(rd, _rl_config(a)),
-            lambda rd, a: recorded(rd / "rl" / "coa_rl" / "rl_done.json", "config"), lambda rd, a: [rd / "rl" / "coa_rl"],
+            lambda rd, a: recorded(done_marker(rd / "rl" / "coa_rl"), "config"), lambda rd, a: [rd / "rl" / "coa_rl"],
             needs=lambda a: [["select-rl"]], options=_rl_options, asked=lambda a: given(a, "rollout_batches", "lr")),
     Command("eval-rl", "the CoA student before and after RL on the test split: rl_results.json, which the report reads; one process",
             "eval-rl --run-dir runs/smoke", _rl_evaluate, _rl_evaluated, lambda rd, a: [rd / "rl_results.json"], needs=lambda a: [["train-rl"]]))}

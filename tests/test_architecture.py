@@ -307,8 +307,9 @@ RESULT_FILES = ("rl_results.json", "sft_results.json", "sft_game24.json", "sft_m
 RUN_STAGE_MODULES = {"run", "stage_prepare", "stage_sft", "stage_rl", "stage_agentflow", "stage_flow_grpo",   # writers of a run (one module per stage)
                      "stages", "flow_stages", "efficiency",
                      "report", "viewer", "docs"}                                                             # and its readers
-# Known exceptions, each a training function's own completion marker in its output folder (not yet in the artifact table):
-DONE_MARKERS = {"sft_done.json": {"sft", "flow_grpo"}, "rl_done.json": {"rl"}, "flow_grpo_done.json": {"flow_grpo"}}
+# Known exceptions: the completion records earlier versions left inside a trained model's folder, read once by the training
+# function to adopt such a model (`core.adopt_earlier_record`); nothing writes them any more.
+DONE_MARKERS = {"sft_done.json": {"sft"}, "rl_done.json": {"rl"}, "flow_grpo_done.json": {"flow_grpo"}}
 
 
 def _calls_of(tree: ast.AST, name: str) -> list[int]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from coa_lib.core import built_record
 from coa_lib.llm import build_tiny_qwen2
 from coa_lib.tokenizer import build_tokenizer
 
@@ -42,7 +43,7 @@ def run(cmd: list[str], out: Path) -> dict:
     writes = [line.split(" ", 1) for line in Path(f"{out}.writes").read_text().splitlines()]
     return {"losses": [h["loss"] for h in json.loads((out / "loss_history.json").read_text())],
             "weights": load_file(str(out / "model.safetensors")), "writes": writes,
-            "done": json.loads((out / "sft_done.json").read_text())}
+            "done": built_record(out)}
 
 
 def test_two_processes_train_like_one(work, tmp_path):
@@ -61,11 +62,12 @@ def test_two_processes_train_like_one(work, tmp_path):
     # the run dir is written by one process: every file once, by rank 0
     paths = [p for _, p in two["writes"]]
     assert {r for r, _ in two["writes"]} == {"0"} and len(paths) == len(set(paths)), two["writes"]
-    assert {Path(p).name for p in paths} == {"loss_history.json", "sft_done.json", "model"}
-    # stopped after 2 steps (a checkpoint), then asked for 4: it resumes on both processes and ends where `two` ended
+    assert {Path(p).name for p in paths} == {"loss_history.json", "building.json", "two.done", "model"}
+    # killed after the checkpoint of step 2 of 4, then run again: it resumes on both processes and ends where `two` ended
     job2 = [accelerate, "launch", "--config_file", str(CONFIG), str(JOB), str(work), "4", str(tmp_path / "resumed")]
-    half = run(job2 + ["2", "2"], tmp_path / "resumed")
-    assert half["done"]["global_step"] == 2 and (tmp_path / "resumed" / "checkpoints" / "checkpoint-2").is_dir()
+    killed = subprocess.run(job2 + ["4", "2", "2"], env=ENV, capture_output=True, text=True, timeout=600)
+    assert killed.returncode == 0 and built_record(tmp_path / "resumed") is None, killed.stderr[-3000:]
+    assert (tmp_path / "resumed" / "checkpoints" / "checkpoint-2").is_dir()
     resumed = run(job2 + ["4", "2"], tmp_path / "resumed")
     assert resumed["done"]["resumed_from"].endswith("checkpoint-2") and resumed["done"]["global_step"] == 4
     assert max(abs(a - b) for a, b in zip(resumed["losses"], two["losses"])) < TOL, (resumed["losses"], two["losses"])
@@ -85,9 +87,9 @@ def test_stage_command_under_accelerate(tmp_path):
     assert prep.returncode == 0, prep.stderr[-3000:]
     p = subprocess.run(launch + ["--run-dir", str(rd)], env=ENV, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    done = json.loads((rd / "sft" / "coa" / "sft_done.json").read_text())
+    done = built_record(rd / "sft" / "coa")
     assert done["processes"] == 2 and done["global_step"] == 2 and done["precision"]["bf16"] is False
-    assert json.loads((rd / "sft" / "base" / "sft_done.json").read_text())["processes"] == 2   # the base trained distributed too
+    assert built_record(rd / "sft" / "base")["processes"] == 2   # the base trained distributed too
     # the RL stage the same way: the selection in one process (a launcher refuses to make it), then DAPO on 2 processes
     rl = [accelerate, "launch", "--config_file", str(CONFIG), "-m", "coa_lib.stages", "train-rl", "--profile", "smoke", "--run-dir", str(rd)]
     refused = subprocess.run(rl, env=ENV, capture_output=True, text=True, timeout=600)
@@ -97,7 +99,7 @@ def test_stage_command_under_accelerate(tmp_path):
     assert sel.returncode == 0, sel.stderr[-3000:]
     p = subprocess.run(rl, env={**ENV, "TRL_EXPERIMENTAL_SILENCE": "1"}, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    rl_done = json.loads((rd / "rl" / "coa_rl" / "rl_done.json").read_text())
+    rl_done = built_record(rd / "rl" / "coa_rl")
     assert rl_done["global_step"] == 4 and (rd / "rl" / "coa_rl" / "model.safetensors").exists()
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from coa_lib.agentflow import AF_KINDS, FlowLimits, ModelPlanner, solve
-from coa_lib.core import read_json
+from coa_lib.core import built_record, read_json
 from coa_lib.flow_grpo import FlowGRPOConfig, TurnSample, flow_grpo_loss, group_advantages, token_logprobs, train_flow_grpo, turn_samples
 from coa_lib.llm import build_tiny_qwen2
 from coa_lib.rollout import pad_id
@@ -120,7 +120,7 @@ def test_resume_gives_the_same_planner(world, tmp_path):
         return default_modules(batch, planner)
     with pytest.raises(KeyboardInterrupt):
         train_flow_grpo(tmp_path / "warm", tasks[:4], tmp_path / "resumed", cfg, make_modules=dies_in_step_2, progress=False)
-    assert (tmp_path / "resumed" / "checkpoint" / "trainer_state.pt").exists() and not (tmp_path / "resumed" / "flow_grpo_done.json").exists()
+    assert (tmp_path / "resumed" / "checkpoint" / "trainer_state.pt").exists() and built_record(tmp_path / "resumed") is None
     calls.clear()
     resumed = train_flow_grpo(tmp_path / "warm", tasks[:4], tmp_path / "resumed", cfg, make_modules=dies_in_step_2, progress=False)
     assert len(calls) == 1                                                   # only step 2 ran again: step 1 came from the checkpoint

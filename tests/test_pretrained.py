@@ -6,6 +6,7 @@ import torch
 from datasets import Dataset
 from safetensors.torch import load_file
 
+from coa_lib.core import built_record
 from coa_lib.format import format_observation
 from coa_lib.llm import build_tiny_qwen2, load_policy
 from coa_lib.pretrained import SMOLLM2_135M, materialize, wheel_dir
@@ -52,7 +53,7 @@ def test_smollm2_from_the_installed_wheel_renders_generates_and_trains(tmp_path)
     cfg = SFTStageConfig(base=SMOLLM2_135M.name, tuning=Tuning.TOP_LAYERS, train_layers=2, max_steps=2, batch_size=2,
                          max_len=512, warmup_steps=0, save_steps=1000, logging_steps=1, bf16=False)
     out_dir = train_sft(rows_for(policy.tokenizer), ckpt, tmp_path / "student", cfg)
-    done = json.loads((out_dir / "sft_done.json").read_text())
+    done = built_record(out_dir)
     assert done["global_step"] == 2 and done["learning_rate"] == cfg.learning_rate
     assert 0 < done["parameters"]["trainable"] < done["parameters"]["total"] / 5
     before, after = saved_state(ckpt), saved_state(out_dir)
@@ -80,7 +81,7 @@ def test_lora_is_merged_on_save(tok, tmp_path):
 def test_wall_clock_budget_stops_training(tok, tmp_path):
     cfg = SFTStageConfig(max_steps=500, batch_size=2, max_len=512, warmup_steps=0, save_steps=1000, bf16=False, max_minutes=1e-4)
     out = train_sft(rows_for(tok), build_tiny_qwen2(tok, "nano", seed=0), tmp_path / "budget", cfg, tokenizer=tok)
-    done = json.loads((out / "sft_done.json").read_text())
+    done = built_record(out)
     assert done["stopped_by_wall_clock"] and done["global_step"] < 500
     assert (out / "model.safetensors").is_file()
 

@@ -5,7 +5,7 @@ import shutil
 import pytest
 import torch
 
-from coa_lib.core import read_json
+from coa_lib.core import built_record, done_marker, read_json
 from coa_lib.episode import Episode, FinishReason
 from coa_lib.rl import (RLConfig, build_rl_trainer, episode_reward, fill_groups, pass_rates, select_tasks, train_rl,
                         overlong_penalty, trl_sample)
@@ -184,11 +184,11 @@ def test_train_rl_resumes_from_its_checkpoint(agent, world, tmp_path):
     cfg = RLConfig(**{**CFG, "rollout_batches": 2, "lr": 1e-3})
     ro_cfg = dict(toolbox=ToyToolBox(table))
     whole = train_rl(_copy(model), tasks, tasks[:2], tmp_path / "whole", cfg, tokenizer=tok, **ro_cfg)
-    part = train_rl(_copy(model), tasks, tasks[:2], tmp_path / "part", RLConfig(**{**CFG, "lr": 1e-3}), tokenizer=tok, **ro_cfg)
-    assert read_json(part / "rl_done.json")["global_step"] == 2
-    (part / "rl_done.json").unlink()
+    part = train_rl(_copy(model), tasks, tasks[:2], tmp_path / "part", cfg, tokenizer=tok, **ro_cfg)
+    assert built_record(part)["global_step"] == 4
+    done_marker(part).unlink(); shutil.rmtree(part / "checkpoints" / "checkpoint-4")   # as if killed after the first rollout batch
     resumed = train_rl(_copy(model), tasks, tasks[:2], tmp_path / "part", cfg, tokenizer=tok, **ro_cfg)
-    done = read_json(resumed / "rl_done.json")
+    done = built_record(resumed)
     assert done["global_step"] == 4 and done["resumed_from"] == "checkpoint-2"
     curves = read_json(resumed / "rl_curves.json")
     assert len(curves["sampled_reward"]) == 2 and [s for s, _ in curves["dev_accuracy"]] == [0, 2, 4]   # histories continued

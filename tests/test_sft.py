@@ -5,6 +5,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
+from coa_lib.core import built_record
 from coa_lib.format import format_observation, observation_char_spans
 from coa_lib.llm import build_tiny_qwen2, load_policy
 from coa_lib.tokenizer import build_tokenizer
@@ -103,10 +104,10 @@ def test_train_save_load_generate_and_resume(tok, tmp_path):
     out = tmp_path / "student"
     with pytest.raises(KeyboardInterrupt):
         train_sft(tokenize_sft(ROWS * 3, tok), build_tiny_qwen2(tok, "nano"), out, cfg, tokenizer=tok, callbacks=[_StopAfterSave(2)])
-    assert last_checkpoint(out).name == "checkpoint-2" and not (out / "sft_done.json").exists()
+    assert last_checkpoint(out).name == "checkpoint-2" and built_record(out) is None
     first = _FirstStep()
     path = train_sft(ROWS * 3, build_tiny_qwen2(tok, "nano"), out, cfg, tokenizer=tok, callbacks=[first])
-    done = json.loads((path / "sft_done.json").read_text())
+    done = built_record(path)
     assert first.first == 3, "the re-run must continue at step 3, not restart"
     assert done["global_step"] == 4 and done["resumed_from"].endswith("checkpoint-2")
     hist = json.loads((path / "loss_history.json").read_text())
@@ -116,7 +117,7 @@ def test_train_save_load_generate_and_resume(tok, tmp_path):
     c = pol.generate([ROWS[0]["prompt"]], max_new_tokens=5)[0]
     assert c.prompt_tokens > 0 and c.completion_tokens > 0
     tuned = train_sft(ROWS, path, tmp_path / "from_path", SFTStageConfig(max_steps=2, batch_size=2, save_steps=100))   # base = a saved HF dir
-    assert json.loads((tuned / "sft_done.json").read_text())["global_step"] == 2 and load_policy(tuned).generate(["x"], max_new_tokens=2)
+    assert built_record(tuned)["global_step"] == 2 and load_policy(tuned).generate(["x"], max_new_tokens=2)
     again = _FirstStep()   # finished: a third call returns at once without training
     assert train_sft(ROWS * 3, build_tiny_qwen2(tok, "nano"), out, cfg, tokenizer=tok, callbacks=[again]) == path
     assert again.first is None
@@ -176,12 +177,21 @@ def test_lanes_die_with_a_killed_parent(tmp_path):
     assert not left, f"lane processes {left} outlived their killed parent"
 
 
-def test_finished_fixed_step_run_returns_before_loading_or_tokenizing(tmp_path):
-    # reusing a finished base (max_steps fixed) must not reload a model or re-tokenize its rows
-    from coa_lib.core import atomic_write_json
-    from coa_lib.sft import SFTStageConfig, train_sft
-    atomic_write_json(tmp_path / "sft_done.json", {"max_steps": 7})
-    rows = [{"prompt": "p", "completion": "c"}]
-    assert train_sft(rows, "/nonexistent/model", tmp_path, SFTStageConfig(max_steps=7)) == tmp_path
-    with pytest.raises(Exception):                                    # another step count: it does try to train
-        train_sft(rows, "/nonexistent/model", tmp_path, SFTStageConfig(max_steps=8))
+def test_a_finished_model_is_found_before_loading_or_tokenizing(tmp_path):
+    # a model built under the config's key must not reload a base or re-tokenize rows; another config trains again
+    from dataclasses import asdict
+    from coa_lib.core import atomic_write_json, mark_built
+    from coa_lib.sft import SFTStageConfig, sft_key, train_sft
+    rows, out, cfg = [{"prompt": "p", "completion": "c"}], tmp_path / "student", SFTStageConfig(max_steps=7)
+    mark_built(out, {"max_steps": 7}, key=sft_key(cfg, "/nonexistent/model"))
+    assert train_sft(rows, "/nonexistent/model", out, cfg) == out
+    with pytest.raises(OSError):                                      # another step count: it does try to train (from a base that is not there)
+        train_sft(rows, "/nonexistent/model", out, SFTStageConfig(max_steps=8))
+    assert built_record(out) is None and [q.name for q in out.iterdir()] == ["building.json"]   # the other config's model went first
+    earlier = tmp_path / "earlier"                                    # a model an earlier version finished (its record inside, no marker)
+    atomic_write_json(earlier / "sft_done.json", {"max_steps": 7, "config": asdict(cfg)})
+    assert train_sft(rows, "/nonexistent/model", earlier, cfg) == earlier and built_record(earlier)["max_steps"] == 7
+    stale = tmp_path / "stale"
+    atomic_write_json(stale / "sft_done.json", {"max_steps": 7, "config": asdict(SFTStageConfig(max_steps=7, lr=5e-3))})
+    with pytest.raises(OSError):                                      # an earlier version's model of other settings: removed, trained again
+        train_sft(rows, "/nonexistent/model", stale, cfg)
