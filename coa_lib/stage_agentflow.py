@@ -10,7 +10,7 @@ from typing import Sequence
 
 from .agentflow import AgentFlowConfig, ModelPlanner, flow_metrics, is_tool_error, planner_sft_rows, solve
 from .core import (accuracy_text, adopt_earlier_record, atomic_write_json, atomic_write_text, built_record, config_json, config_settings,
-                          found_built, model_fingerprint, pct, read_json, stable_hash)
+                          done_marker, found_built, mark_built, model_fingerprint, pct, read_json, stable_hash)
 from .evaluate import eval_tasks
 from .run import as_run, run_dir_of
 from .scripted_flow import scripted_modules
@@ -67,18 +67,20 @@ def _compact(r) -> dict:
     return {f: derived[f] if f in derived else getattr(r, f) for f in FLOW_RECORD_FIELDS}
 
 def flow_eval(run_dir, name: str, planner, tasks: Sequence[dict], cfg: AgentFlowConfig, max_turns: int | None = None) -> dict:
-    "Metrics (and per-task records) of the system with `planner` (a model dir; None: the teacher planner) on `tasks`, cached by name."
+    "Metrics (and per-task records) of the system with `planner` (a model dir; None: the teacher planner) on `tasks`; found again under its name and a hash of the planner's training, the tasks and the budgets."
     path, max_turns = _af_dir(run_dir) / "eval" / f"{name}.json", max_turns or cfg.max_turns
     trained = [{k: v for k, v in built_record(planner).items() if k != "config_hash"}] if planner and built_record(planner) else []
     key = stable_hash([name, [t["id"] for t in tasks], max_turns, asdict(cfg.limits()), trained, FLOW_RECORD_FIELDS])
-    if path.exists() and read_json(path)["key"] == key: return read_json(path)["metrics"]
+    if not done_marker(path).exists() and path.exists() and read_json(path).get("key") == key: mark_built(path, key=key)   # an earlier version's
+    if found_built(path, key): return read_json(path)["metrics"]
     if planner is None: modules = scripted_modules(tasks, tokenizer=student_tokenizer(run_dir, cfg.profile))
     else:
         pl = load_planner(planner)
         modules = scripted_modules(tasks, planner=pl, tokenizer=pl.tokenizer)
     recs = solve(tasks, modules, max_turns, cfg.limits())
     metrics = flow_metrics(recs, tasks)
-    atomic_write_json(path, {"key": key, "name": name, "max_turns": max_turns, "metrics": metrics, "records": [_compact(r) for r in recs]})
+    atomic_write_json(path, {"name": name, "max_turns": max_turns, "metrics": metrics, "records": [_compact(r) for r in recs]})
+    mark_built(path, key=key)
     return metrics
 
 def flow_eval_records(run_dir, name: str) -> list[dict]:
