@@ -155,17 +155,16 @@ def efficiency_report(results: dict) -> str:
 
 # %% ../nbs/13_efficiency.ipynb #00a9a437
 def efficiency_inputs(run_dir, profile: str) -> None:
-    "Make sure the run dir holds every system's test records: the upstream stages (at `profile`) run for those missing."
+    "Make sure the run dir holds every system's test records: each upstream stage (at `profile`) finds what it built under its config hash and builds the rest."
     run = as_run(run_dir, profile)
     rd, cfg = run.dir, run.sft
     teacher_eval(run, progress=False)
-    need = [s for s in ("coa", "react", "direct") if not (rd / sft_eval_name(s) / "records").exists()]
-    if need:   # what 09_sft evaluates, on the same test tasks
-        test_set = eval_tasks(build_task_splits(rd, run.tasks)["test"], cfg.n_eval)
-        dirs = train_students(run, cfg, [student_named(s) for s in need])
-        evaluate_students([(dirs[s], student_named(s), test_set, sft_eval_name(s)) for s in need], run, cfg)
-    if not (rd / "rl_results.json").exists(): run_rl_stage(run, run.rl)
-    if not (rd / "flow_grpo_results.json").exists(): flow_grpo_ablations(run, run.agentflow, run.flow_grpo)
+    students = [student_named(s) for s in ("coa", "react", "direct")]      # what 09_sft evaluates, on the same test tasks
+    test_set = eval_tasks(build_task_splits(rd, run.tasks)["test"], cfg.n_eval)
+    dirs = train_students(run, cfg, students)                               # each found (or trained) under its config hash
+    evaluate_students([(dirs[s.name], s, test_set, sft_eval_name(s.name)) for s in students], run, cfg)
+    run_rl_stage(run, run.rl)                                               # its models and evaluations found, or built
+    flow_grpo_ablations(run, run.agentflow, run.flow_grpo)
 
 def efficiency_stage(run_dir, profile: str, systems: Sequence[System] = SYSTEMS, single_model: str = "CoA SFT+RL") -> dict:
     "Every system on the test tasks they share, against the first (the MAS): `efficiency_results.json`, two figures, the report part."

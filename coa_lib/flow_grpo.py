@@ -29,7 +29,7 @@ __all__ = ['FLOW_CURVES', 'FlowGRPOConfig', 'group_advantages', 'flow_grpo_loss'
 @dataclass
 class FlowGRPOConfig:
     "Sizes and settings of Flow-GRPO: G whole-system rollouts per query, the outcome broadcast to every planner turn."
-    unkeyed_fields = ("save_every", "budgets")           # checkpoints; the turn budgets evaluated after training
+    unkeyed_fields = ("save_every", "budgets", "n_game24_real")   # checkpoints; what is evaluated after training
     profile: str = "smoke"
     group_size: int = 8            # G rollouts per query
     queries_per_step: int = 8      # queries per rollout batch

@@ -104,8 +104,17 @@ def rl_report(run_dir) -> str:
     return "\n".join(out) + "\n"
 
 # %% ../nbs/10_agentic_rl.ipynb #b7a3f6d4
+def _rates_after(run: Run, cfg: RLConfig, rl_dir: Path, sel: dict) -> list[dict]:
+    "The selected tasks' pass rates after RL (`rl/rates_after.json`), found under the hash of the RL model's training and the selection."
+    path = _rl_dir(run) / "rates_after.json"
+    key = stable_hash(["rates_after", model_fingerprint(rl_dir), sel["selected"], _selection_key(cfg)])
+    if found_built(path, key): return read_json(path)
+    after = pass_rates(load_policy(rl_dir), _tasks_by_id(run, "train", sel["selected"]), cfg.select_k, cfg, COA, seed=cfg.seed + 1)
+    atomic_write_json(path, after); mark_built(path, key=key)
+    return after
+
 def run_rl_stage(run: Run | str | os.PathLike | None, cfg: RLConfig) -> dict:
-    "The RL stage: data selection and RL training (each found or built), then SFT vs SFT+RL on test and the selected tasks' pass rates after RL; `rl_results.json` and `report/10_agentic_rl.md`."
+    "The RL stage: data selection and RL training, then SFT vs SFT+RL on test and the selected tasks' pass rates after RL (each found or built); `rl_results.json` and `report/10_agentic_rl.md`."
     run = as_run(run, cfg.profile)
     rd, sft_cfg = run.dir, run.sft
     rl_dir, coa = train_rl_student(run, cfg), student_named("coa")
@@ -114,8 +123,7 @@ def run_rl_stage(run: Run | str | os.PathLike | None, cfg: RLConfig) -> dict:
     found = evaluate_students([(models[k], coa, test_set, RL_EVAL_NAMES[k]) for k in models], run, sft_cfg)
     sel = rl_selection(run, cfg)
     before = [r for r in sel["rates"] if r["id"] in set(sel["selected"])]          # the RL data, before and after
-    after = pass_rates(load_policy(rl_dir), _tasks_by_id(run, "train", sel["selected"]), cfg.select_k, cfg, COA,
-                       seed=cfg.seed + 1)
+    after = _rates_after(run, cfg, rl_dir, sel)
     plot_pass_rates(before, after, rd / "figures" / "rl_pass_rates.png")
     out = {"profile": cfg.profile, "config": asdict(cfg), "n_test_tasks": len(test_set),
            "metrics": {k: found[RL_EVAL_NAMES[k]] for k in models},

@@ -14,7 +14,7 @@ from datasets import Dataset, load_from_disk
 
 from .benchmarks import game24_real
 from .core import (QA_KINDS, TASK_KINDS, accuracy_text, atomic_write_json, atomic_write_text, built_record, config_settings,
-                          model_fingerprint, pct, read_json, stable_hash)
+                          found_built, mark_built, model_fingerprint, pct, read_json, stable_hash)
 from .distill import distill
 from .evaluate import eval_tasks, evaluate, plot_results, teacher_metrics
 from .format import COA, DIRECT, REACT, TagSet
@@ -32,8 +32,8 @@ from .tokenizer import load_tokenizer, world_pages
 # %% auto #0
 __all__ = ['STUDENTS', 'GAME24_PAPER', 'base_rows', 'pretrain_base', 'sft_base_record', 'Student', 'run_in_lanes',
            'starting_model', 'rows_for_tokenizer', 'train_student', 'student_named', 'train_students', 'sft_student',
-           'evaluate_student', 'evaluate_students', 'sft_eval_name', 'eval_records', 'held_out_dev_rows',
-           'sft_test_results', 'sft_game24', 'memorisation_gap', 'sft_report', 'run_sft_stage']
+           'evaluation_key', 'evaluate_student', 'evaluate_students', 'sft_eval_name', 'eval_records',
+           'held_out_dev_rows', 'sft_test_results', 'sft_game24', 'memorisation_gap', 'sft_report', 'run_sft_stage']
 
 # %% ../nbs/09_sft.ipynb #4448bc73
 def base_rows(train: Dataset, n: int, reading: float, max_worlds: int, seed: int) -> list[dict]:
@@ -161,9 +161,16 @@ def sft_student(run: Run | str | os.PathLike | None, profile: str) -> Path:
     return train_student(run, run.sft, student_named("coa"))
 
 # %% ../nbs/09_sft.ipynb #3c9ec5b7
+def evaluation_key(path, student: Student, tasks: Sequence[dict], cfg: SFTStageConfig) -> str:
+    "The config hash of a student's evaluation: which training made the model, its format, the tasks, the episode limits, the dtype."
+    return stable_hash(["evaluation", model_fingerprint(path), student.fmt.name, [t["id"] for t in tasks], asdict(cfg.limits), cfg.eval_dtype])
+
 def evaluate_student(path, student: Student, tasks: list[dict], run_dir, name: str, cfg: SFTStageConfig) -> tuple[dict, Dataset]:
-    "`coa_lib.evaluate.evaluate` of a saved student in its format; (metrics, records), saved under `run_dir/name`."
+    "`coa_lib.evaluate.evaluate` of a saved student in its format; (metrics, records) under `run_dir/name`, found there when made under `evaluation_key`."
+    out, key = Path(run_dir) / name, evaluation_key(path, student, tasks, cfg)
+    if found_built(out, key): return read_json(out / "metrics.json"), eval_records(run_dir, name)
     metrics, records = evaluate(load_policy(path, dtype=cfg.eval_dtype), tasks, fmt=student.fmt, run_dir=run_dir, name=name, progress=False, limits=cfg.limits)
+    mark_built(out, key=key)
     return metrics, records
 
 def _evaluate_job(path: str, student: str, tasks: list[dict], run_dir: str, name: str, cfg: dict) -> dict:
