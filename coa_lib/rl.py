@@ -29,7 +29,7 @@ from fastcore.basics import patch
 __all__ = ['CURVES', 'RLConfig', 'episode_reward', 'qa_judge_reward', 'overlong_penalty', 'trl_sample', 'informative',
            'fill_groups', 'CoARollout', 'batch_stats', 'outcome_reward', 'grpo_args', 'dev_callback', 'time_split',
            'logprob_agreement', 'rl_trainer_class', 'build_rl_trainer', 'rl_key', 'train_rl', 'rl_curves',
-           'plot_rl_curves', 'pass_rates', 'select_tasks', 'plot_pass_rates']
+           'plot_rl_curves', 'pass_rates', 'select_tasks']
 
 # %% ../nbs/10a_rl.ipynb #b296f082
 @dataclass
@@ -466,17 +466,3 @@ def select_tasks(tasks: Sequence[dict], rates: Sequence[dict], max_rate: float, 
     "AFM's RL data: the tasks the SFT student solves sometimes, not always (at least `min_passes` passes, pass rate <= `max_rate`)."
     rate = {r["id"]: r for r in rates}
     return [dict(t) for t in tasks if rate[t["id"]]["passes"] >= min_passes and rate[t["id"]]["rate"] <= max_rate]
-
-def plot_pass_rates(before: Sequence[dict], after: Sequence[dict] | None, path) -> Path:
-    "Histogram of pass rates (passes out of k) over the same tasks, before and after RL."
-    import matplotlib; matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    k = before[0]["k"]
-    fig, ax = plt.subplots(figsize=(6, 3.4))
-    bins = [x - 0.5 for x in range(k + 2)]
-    series = [("SFT", before)] + ([("SFT + RL", after)] if after else [])
-    ax.hist([[r["passes"] for r in s] for _, s in series], bins=bins, label=[n for n, _ in series])
-    ax.set_xlabel(f"passes out of {k} samples"); ax.set_ylabel("tasks"); ax.legend(); ax.grid(alpha=0.3)
-    fig.tight_layout(); path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110); plt.close(fig)
-    return path

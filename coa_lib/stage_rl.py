@@ -15,14 +15,14 @@ from .evaluate import eval_tasks
 from .format import COA
 from .llm import load_policy
 from .prompts import agent_prompt
-from .rl import RLConfig, pass_rates, plot_pass_rates, select_tasks, train_rl
+from .rl import RLConfig, pass_rates, select_tasks, train_rl
 from .run import Run, as_run
 from .stage_prepare import build_task_splits
 from .stage_sft import evaluate_students, sft_student, student_named
 from .tokenizer import load_tokenizer
 
 # %% auto #0
-__all__ = ['RL_EVAL_NAMES', 'rl_selection', 'train_rl_student', 'rl_report', 'run_rl_stage']
+__all__ = ['RL_EVAL_NAMES', 'rl_selection', 'train_rl_student', 'rl_report', 'plot_pass_rates', 'run_rl_stage']
 
 # %% ../nbs/10_agentic_rl.ipynb #c960d0f0
 RL_EVAL_NAMES = {"coa_sft": "rl_eval/sft_test", "coa_rl": "rl_eval/rl_test"}   # `10_agentic_rl`: the CoA student before and after RL
@@ -104,6 +104,20 @@ def rl_report(run_dir) -> str:
     return "\n".join(out) + "\n"
 
 # %% ../nbs/10_agentic_rl.ipynb #b7a3f6d4
+def plot_pass_rates(before: Sequence[dict], after: Sequence[dict] | None, path) -> Path:
+    "Histogram of pass rates (passes out of k) over the same tasks, before and after RL."
+    import matplotlib; matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    k = before[0]["k"]
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    bins = [x - 0.5 for x in range(k + 2)]
+    series = [("SFT", before)] + ([("SFT + RL", after)] if after else [])
+    ax.hist([[r["passes"] for r in s] for _, s in series], bins=bins, label=[n for n, _ in series])
+    ax.set_xlabel(f"passes out of {k} samples"); ax.set_ylabel("tasks"); ax.legend(); ax.grid(alpha=0.3)
+    fig.tight_layout(); path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110); plt.close(fig)
+    return path
+
 def _rates_after(run: Run, cfg: RLConfig, rl_dir: Path, sel: dict) -> list[dict]:
     "The selected tasks' pass rates after RL (`rl/rates_after.json`), found under the hash of the RL model's training and the selection."
     path = _rl_dir(run) / "rates_after.json"
