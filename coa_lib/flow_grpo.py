@@ -16,7 +16,7 @@ from fastcore.basics import patch
 from .agentflow import CATEGORIES, TOOL_LABELS, FlowLimits, FlowModules, ModelPlanner, flow_metrics, solve
 from .scripted_flow import scripted_modules
 from .core import (adopt_earlier_record, atomic_dir, atomic_write_json, check_profile, config_json, config_settings, found_built,
-                          mark_built, model_fingerprint, read_json, stable_hash, start_building)
+                          mark_built, model_fingerprint, read_json, same_settings, stable_hash, start_building)
 from .rollout import pad_id
 from .tokenizer import load_tokenizer
 
@@ -268,7 +268,7 @@ def train_flow_grpo(planner, tasks: Sequence[dict], out_dir, config: FlowGRPOCon
     from transformers import AutoModelForCausalLM
     cfg, out_dir, start_from = config or FlowGRPOConfig(), Path(out_dir), model_fingerprint(planner)
     key = key or flow_grpo_key(cfg, planner)
-    adopt_earlier_record(out_dir, "flow_grpo_done.json", lambda r: r.get("config") == config_json(cfg) and r.get("start") == start_from)
+    adopt_earlier_record(out_dir, "flow_grpo_done.json", lambda r: same_settings(r.get("config"), cfg) and r.get("start") == start_from)
     if found_built(out_dir, key): return out_dir
     start_building(out_dir, key)                  # a checkpoint of another config or start point is never resumed
     ckpt = out_dir / "checkpoint"

@@ -63,12 +63,14 @@ def afm_accuracy_claim(rd: Path) -> Claim:
                  "efficiency_results.json")
 
 def afm_rl_claim(rd: Path) -> Claim:
-    "RL − SFT, paired on the same test tasks (greedy): undecided while the 95% interval holds 0."
+    "RL − SFT, paired on the same test tasks (greedy decides; avg@k at the training temperature beside it): undecided while the 95% interval holds 0."
     from coa_lib.stage_rl import RL_EVAL_NAMES
     names = [RL_EVAL_NAMES[k] for k in ("coa_rl", "coa_sft")]
     c = paired_evaluations(rd, *names)
+    avg = read_json(rd / "rl_results.json").get("avg_at_k")                     # runs before avg@k: greedy only
+    sampled = f"; avg@{avg['k']} at T {avg['temperature']:g}: {_paired(avg['paired'])}" if avg else ""
     return Claim("AFM", "agentic RL improves the SFT model", "+10 points (AIME25)",
-                 f"{_paired(c)}; SFT {pct(c['mean_b'])}% → RL {pct(c['mean_a'])}%, greedy", "RL − SFT > 0, 95% interval above 0",
+                 f"{_paired(c)}; SFT {pct(c['mean_b'])}% → RL {pct(c['mean_a'])}%, greedy{sampled}", "RL − SFT > 0 (greedy), 95% interval above 0",
                  _holds(c["sign"]), " + ".join(names), undecided=c["sign"] == 0)
 
 # %% ../nbs/14c_report.ipynb #f2e5a1e8

@@ -14,7 +14,7 @@ import torch
 from datasets import Dataset
 
 from .core import (QA_KINDS, adopt_earlier_record, atomic_write_json, check_profile, config_json, config_settings, found_built,
-                          mark_built, model_fingerprint, read_json, stable_hash, start_building)
+                          mark_built, model_fingerprint, read_json, same_settings, stable_hash, start_building)
 from .episode import TURN_TOKENS, Episode, Limits
 from .evaluate import is_correct
 from .format import COA, TagSet
@@ -35,7 +35,7 @@ __all__ = ['CURVES', 'RLConfig', 'episode_reward', 'qa_judge_reward', 'overlong_
 @dataclass
 class RLConfig:
     "Sizes and settings of the agentic RL stage: DAPO over multi-turn tool rollouts of the SFT student."
-    unkeyed_fields = ("save_every", "threads")           # how often it checkpoints, how many threads: not what it trains
+    unkeyed_fields = ("save_every", "threads", "test_samples")   # checkpoints, threads, the test evaluation: not what it trains
     profile: str = "smoke"
     group_size: int = 8             # G: episodes per task, the group their advantages are normalised in
     groups_per_batch: int = 8       # tasks per rollout batch
@@ -66,6 +66,7 @@ class RLConfig:
     dev_every: int = 5              # rollout batches between dev evaluations
     n_dev: int = 10                 # dev tasks per kind for the dev curve
     save_every: int = 10            # rollout batches between checkpoints
+    test_samples: int = 4           # k of avg@k on test (samples per task at `temperature`), beside greedy; 0: greedy only
     seed: int = 0
     threads: int | None = None
 
@@ -75,7 +76,7 @@ class RLConfig:
         if check_profile(profile) == "smoke":
             return cls(profile=profile, group_size=4, groups_per_batch=2, minibatches=2, rollout_batches=2, max_turns=3,
                        max_new_tokens=48, max_total_tokens=768, select_per_kind=1, select_k=4, select_min_passes=0,
-                       dev_every=1, n_dev=1, save_every=1, max_refill_rounds=1)
+                       dev_every=1, n_dev=1, save_every=1, max_refill_rounds=1, test_samples=2)
         return cls(profile=profile, rollout_batches=20, lr=1e-4, select_per_kind=20, n_dev=10, dev_every=4, save_every=4)
 
     @property
@@ -395,7 +396,7 @@ def train_rl(policy, tasks: Sequence[dict], dev_tasks: Sequence[dict], out_dir, 
     from transformers import AutoModelForCausalLM
     cfg, out_dir = config or RLConfig(), Path(out_dir)
     key = key or rl_key(cfg, policy)
-    adopt_earlier_record(out_dir, "rl_done.json", lambda r: r.get("config") == config_json(cfg))
+    adopt_earlier_record(out_dir, "rl_done.json", lambda r: same_settings(r.get("config"), cfg))
     if found_built(out_dir, key): return out_dir
     start_building(out_dir, key)
     if isinstance(policy, torch.nn.Module):

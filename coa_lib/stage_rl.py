@@ -11,14 +11,14 @@ from typing import Sequence
 
 from .core import (TASK_KINDS, accuracy_text, atomic_write_json, atomic_write_text, built_record, done_marker, found_built, launched_processes,
                           mark_built, model_fingerprint, pct, read_json, stable_hash)
-from .evaluate import eval_tasks
+from .evaluate import eval_tasks, paired_records
 from .format import COA
 from .llm import load_policy
 from .prompts import agent_prompt
 from .rl import RLConfig, pass_rates, select_tasks, train_rl
 from .run import Run, as_run
 from .stage_prepare import build_task_splits
-from .stage_sft import evaluate_students, sft_student, student_named
+from .stage_sft import eval_records, evaluate_students, sft_student, student_named
 from .tokenizer import load_tokenizer
 
 # %% auto #0
@@ -71,6 +71,11 @@ def train_rl_student(run: Run | str | os.PathLike | None, cfg: RLConfig) -> Path
 # %% ../nbs/10_agentic_rl.ipynb #80ebefae
 def _mean_rate(rows: Sequence[dict]) -> float: return sum(r["rate"] for r in rows) / max(1, len(rows))
 
+def _paired_text(c: dict) -> str:
+    "A paired comparison as text: the difference in points, its 95% interval, and what its sign decides."
+    verdict = "undecided (the interval holds 0)" if c["sign"] == 0 else "RL better" if c["sign"] > 0 else "RL worse"
+    return f"{100 * c['diff']:+.1f} points [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}] over {c['n']} tasks, {verdict}"
+
 def rl_report(run_dir) -> str:
     "Markdown of the RL stage's results (SFT vs SFT+RL with 95% CIs, by kind, data selection, curves' end points) from the run's JSON."
     res = read_json(Path(run_dir) / "rl_results.json")
@@ -78,7 +83,10 @@ def rl_report(run_dir) -> str:
     kinds = [k for k in TASK_KINDS if k in sft["by_kind"]]
     out = [f"#### CoA student: SFT vs SFT + RL (test split, {res['n_test_tasks']} tasks; accuracy in % [95% CI])", "",
            "| system | accuracy | tokens/task | generated/task | tool calls | turns | invalid % |", "|---|---|---:|---:|---:|---:|---:|"]
-    for name, m in (("CoA SFT", sft), ("CoA SFT + RL", rl)):
+    avg = res.get("avg_at_k")                             # runs before avg@k have greedy only
+    rows = [("CoA SFT", sft), ("CoA SFT + RL", rl)]
+    if avg: rows += [(f"{n}, avg@{avg['k']} (T {avg['temperature']:g})", avg["metrics"][m]) for n, m in (("CoA SFT", "coa_sft"), ("CoA SFT + RL", "coa_rl"))]
+    for name, m in rows:
         out.append(f"| {name} | {accuracy_text(m)} | {m['mean_processed_tokens']:,.0f} | {m['mean_generated_tokens']:,.0f} | "
                    f"{m['mean_tool_calls']:.2f} | {m['mean_turns']:.2f} | {pct(m['invalid_rate'])} |")
     out += ["", "| kind | SFT | SFT + RL | RL − SFT (points) | worse beyond SFT's CI |", "|---|---|---|---:|---|"]
@@ -88,6 +96,10 @@ def rl_report(run_dir) -> str:
                    f"{'yes' if b['accuracy'] < a['accuracy_ci95'][0] else 'no'} |")
     delta = 100 * (rl["accuracy"] - sft["accuracy"])
     out += ["", f"RL − SFT overall: {delta:+.1f} points (AFM: +10 on AIME25; goal here ≥ +5)."]
+    if "paired_greedy" in res:
+        out[-1] += " Paired on the same test tasks: greedy " + _paired_text(res["paired_greedy"])
+        if avg: out[-1] += f"; avg@{avg['k']} " + _paired_text(avg["paired"])
+        out[-1] += "."
     sel, k = res["selection"], res["rates_before"][0]["k"] if res["rates_before"] else 0
     hist = lambda rows: [sum(r["passes"] == j for r in rows) for j in range(k + 1)]
     out += ["", f"#### Data selection: pass rates of the RL tasks before and after RL ({k} samples each)", "",
@@ -135,12 +147,18 @@ def run_rl_stage(run: Run | str | os.PathLike | None, cfg: RLConfig) -> dict:
     test_set = eval_tasks(build_task_splits(rd, run.tasks)["test"], sft_cfg.n_eval)   # 09's test tasks
     models = {"coa_sft": sft_student(run, cfg.profile), "coa_rl": rl_dir}
     found = evaluate_students([(models[k], coa, test_set, RL_EVAL_NAMES[k]) for k in models], run, sft_cfg)
+    paired = lambda names: paired_records(eval_records(rd, names["coa_rl"]), eval_records(rd, names["coa_sft"]))
+    avg = None
+    if cfg.test_samples:                                                            # avg@k at the training temperature, as AFM reports
+        names = {k: f"{RL_EVAL_NAMES[k]}_avg{cfg.test_samples}" for k in models}
+        sampled = evaluate_students([(models[k], coa, test_set, names[k]) for k in models], run, sft_cfg, cfg.test_samples, cfg.temperature)
+        avg = {"k": cfg.test_samples, "temperature": cfg.temperature, "metrics": {k: sampled[names[k]] for k in models}, "paired": paired(names)}
     sel = rl_selection(run, cfg)
     before = [r for r in sel["rates"] if r["id"] in set(sel["selected"])]          # the RL data, before and after
     after = _rates_after(run, cfg, rl_dir, sel)
     plot_pass_rates(before, after, rd / "figures" / "rl_pass_rates.png")
     out = {"profile": cfg.profile, "config": asdict(cfg), "n_test_tasks": len(test_set),
-           "metrics": {k: found[RL_EVAL_NAMES[k]] for k in models},
+           "metrics": {k: found[RL_EVAL_NAMES[k]] for k in models}, "paired_greedy": paired(RL_EVAL_NAMES), "avg_at_k": avg,
            "selection": {"pool": len(sel["pool"]), "selected": len(sel["selected"])}, "rates_before": before, "rates_after": after,
            "curves": read_json(rl_dir / "rl_curves.json"), "training": built_record(rl_dir)}
     atomic_write_json(rd / "rl_results.json", out)

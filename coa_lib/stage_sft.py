@@ -161,25 +161,29 @@ def sft_student(run: Run | str | os.PathLike | None, profile: str) -> Path:
     return train_student(run, run.sft, student_named("coa"))
 
 # %% ../nbs/09_sft.ipynb #3c9ec5b7
-def evaluation_key(path, student: Student, tasks: Sequence[dict], cfg: SFTStageConfig) -> str:
-    "The config hash of a student's evaluation: which training made the model, its format, the tasks, the episode limits, the dtype."
-    return stable_hash(["evaluation", model_fingerprint(path), student.fmt.name, [t["id"] for t in tasks], asdict(cfg.limits), cfg.eval_dtype])
+def evaluation_key(path, student: Student, tasks: Sequence[dict], cfg: SFTStageConfig, samples: int = 1, temperature: float = 0.0) -> str:
+    "The config hash of a student's evaluation: which training made the model, its format, the tasks, the episode limits, the dtype, the sampling."
+    return stable_hash(["evaluation", model_fingerprint(path), student.fmt.name, [t["id"] for t in tasks], asdict(cfg.limits), cfg.eval_dtype,
+                        samples, temperature, cfg.seed])
 
-def evaluate_student(path, student: Student, tasks: list[dict], run_dir, name: str, cfg: SFTStageConfig) -> tuple[dict, Dataset]:
-    "`coa_lib.evaluate.evaluate` of a saved student in its format; (metrics, records) under `run_dir/name`, found there when made under `evaluation_key`."
-    out, key = Path(run_dir) / name, evaluation_key(path, student, tasks, cfg)
+def evaluate_student(path, student: Student, tasks: list[dict], run_dir, name: str, cfg: SFTStageConfig, samples: int = 1,
+                     temperature: float = 0.0) -> tuple[dict, Dataset]:
+    "`coa_lib.evaluate.evaluate` of a saved student in its format (greedy, or `samples` per task at `temperature`); (metrics, records) under `run_dir/name`, found there when made under `evaluation_key`."
+    out, key = Path(run_dir) / name, evaluation_key(path, student, tasks, cfg, samples, temperature)
     if found_built(out, key): return read_json(out / "metrics.json"), eval_records(run_dir, name)
-    metrics, records = evaluate(load_policy(path, dtype=cfg.eval_dtype), tasks, fmt=student.fmt, run_dir=run_dir, name=name, progress=False, limits=cfg.limits)
+    metrics, records = evaluate(load_policy(path, dtype=cfg.eval_dtype), tasks, fmt=student.fmt, run_dir=run_dir, name=name, progress=False,
+                                limits=cfg.limits, n=samples, temperature=temperature, seed=cfg.seed if samples > 1 else None)
     mark_built(out, key=key)
     return metrics, records
 
-def _evaluate_job(path: str, student: str, tasks: list[dict], run_dir: str, name: str, cfg: dict) -> dict:
-    return evaluate_student(path, student_named(student), tasks, run_dir, name, SFTStageConfig(**cfg))[0]
+def _evaluate_job(path: str, student: str, tasks: list[dict], run_dir: str, name: str, cfg: dict, samples: int, temperature: float) -> dict:
+    return evaluate_student(path, student_named(student), tasks, run_dir, name, SFTStageConfig(**cfg), samples, temperature)[0]
 
-def evaluate_students(jobs: Sequence[tuple], run: Run | str | os.PathLike | None, cfg: SFTStageConfig) -> dict[str, dict]:
-    "Evaluate `(model dir, student, tasks, name)` jobs, `cfg.lanes` at a time; {name: metrics}; records stay in `run_dir/name`."
+def evaluate_students(jobs: Sequence[tuple], run: Run | str | os.PathLike | None, cfg: SFTStageConfig, samples: int = 1,
+                      temperature: float = 0.0) -> dict[str, dict]:
+    "Evaluate `(model dir, student, tasks, name)` jobs (greedy, or `samples` per task at `temperature`), `cfg.lanes` at a time; {name: metrics}; records stay in `run_dir/name`."
     run_dir = str(as_run(run, cfg.profile).dir)
-    found = run_in_lanes(_module_fn("_evaluate_job"), [(str(p), s.name, t, run_dir, n, asdict(cfg)) for p, s, t, n in jobs],
+    found = run_in_lanes(_module_fn("_evaluate_job"), [(str(p), s.name, t, run_dir, n, asdict(cfg), samples, temperature) for p, s, t, n in jobs],
                          cfg.lanes, cfg.threads)
     return {job[3]: m for job, m in zip(jobs, found)}
 
