@@ -16,10 +16,11 @@ __all__ = ['PROFILES', 'TASK_KINDS', 'QA_KINDS', 'SPLITS', 'TASK_COLUMNS', 'TASK
            'scratch_dir', 'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'read_json', 'atomic_dir',
            'save_dataset', 'launched_processes', 'close_process_group', 'artifact_path', 'done_marker', 'built_record',
            'is_built', 'mark_built', 'found_built', 'load_or_build', 'start_building', 'adopt_earlier_record',
-           'stable_hash', 'config_json', 'config_settings', 'same_settings', 'model_fingerprint', 'seed_int', 'rng_for',
-           'split_of', 'check_split', 'check_kind', 'meta_json', 'task_meta', 'to_dataset', 'full_reward', 'Outcome',
-           'outcomes_of', 'pct', 'accuracy_text', 'DataFormatError', 'format_error', 'get_field', 'str_list',
-           'read_text_file', 'read_json_list', 'read_jsonl', 'read_csv_rows', 'agentflow_benchmark_dir']
+           'stable_hash', 'config_json', 'config_settings', 'same_settings', 'training_record', 'model_fingerprint',
+           'seed_int', 'rng_for', 'split_of', 'check_split', 'check_kind', 'meta_json', 'task_meta', 'to_dataset',
+           'full_reward', 'Outcome', 'outcomes_of', 'pct', 'accuracy_text', 'DataFormatError', 'format_error',
+           'get_field', 'str_list', 'read_text_file', 'read_json_list', 'read_jsonl', 'read_csv_rows',
+           'agentflow_benchmark_dir']
 
 # %% ../nbs/00_core.ipynb #f5f94ae7
 PROFILES = ("smoke", "full")
@@ -230,10 +231,15 @@ def same_settings(stored: dict | None, cfg) -> bool:
     now = config_settings(cfg)
     return stored is not None and all(stored[k] == v for k, v in now.items() if k in stored)
 
-def model_fingerprint(path: str | os.PathLike) -> str:
-    "Which training made the model at `path`: a hash of its finished record (config hash aside); any other path stands for itself."
+def training_record(path: str | os.PathLike) -> dict | None:
+    "What the training of the model at `path` recorded: its marker's record, the config hash aside; None while unbuilt."
     record = built_record(path)
-    return stable_hash([{k: v for k, v in record.items() if k != "config_hash"}]) if record is not None else str(path)
+    return {k: v for k, v in record.items() if k != "config_hash"} if record is not None else None
+
+def model_fingerprint(path: str | os.PathLike) -> str:
+    "Which training made the model at `path`: a hash of its training record; any other path stands for itself."
+    record = training_record(path)
+    return stable_hash([record]) if record is not None else str(path)
 
 # %% ../nbs/00_core.ipynb #0805f0c1
 TASK_KINDS = ("multihop", "comparison", "mixed", "math", "game24", "code")

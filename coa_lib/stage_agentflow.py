@@ -10,7 +10,7 @@ from typing import Sequence
 
 from .agentflow import AgentFlowConfig, ModelPlanner, flow_metrics, is_tool_error, planner_sft_rows, solve
 from .core import (accuracy_text, adopt_earlier_record, atomic_write_json, atomic_write_text, built_record, config_json, config_settings,
-                          done_marker, found_built, mark_built, model_fingerprint, pct, read_json, stable_hash)
+                          done_marker, found_built, mark_built, model_fingerprint, pct, read_json, stable_hash, training_record)
 from .evaluate import eval_tasks
 from .run import as_run, run_dir_of
 from .scripted_flow import scripted_modules
@@ -69,7 +69,8 @@ def _compact(r) -> dict:
 def flow_eval(run_dir, name: str, planner, tasks: Sequence[dict], cfg: AgentFlowConfig, max_turns: int | None = None) -> dict:
     "Metrics (and per-task records) of the system with `planner` (a model dir; None: the teacher planner) on `tasks`; found again under its name and a hash of the planner's training, the tasks and the budgets."
     path, max_turns = _af_dir(run_dir) / "eval" / f"{name}.json", max_turns or cfg.max_turns
-    trained = [{k: v for k, v in built_record(planner).items() if k != "config_hash"}] if planner and built_record(planner) else []
+    record = training_record(planner) if planner else None
+    trained = [record] if record is not None else []
     key = stable_hash([name, [t["id"] for t in tasks], max_turns, asdict(cfg.limits()), trained, FLOW_RECORD_FIELDS])
     if not done_marker(path).exists() and path.exists() and read_json(path).get("key") == key: mark_built(path, key=key)   # an earlier version's
     if found_built(path, key): return read_json(path)["metrics"]

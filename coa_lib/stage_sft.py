@@ -47,13 +47,13 @@ def base_rows(train: Dataset, n: int, reading: float, max_worlds: int, seed: int
 def pretrain_base(run: Run | str | os.PathLike | None, cfg: SFTStageConfig, out_dir=None) -> Path:
     "The students' common base (`out_dir`, default `run_dir/sft/base`): a fresh `cfg.size` model pretrained to quote (and read) the training worlds' pages."
     run = as_run(run, cfg.profile)
-    tok = student_tokenizer(run)
-    train = build_task_splits(run.dir, run.tasks)["train"]
-    rows = base_rows(train, cfg.base_steps * cfg.base_batch, cfg.base_reading, cfg.base_worlds, cfg.seed)
     base_cfg = replace(cfg, kind_shares=None, batch_size=cfg.base_batch, lr=cfg.base_lr, max_steps=cfg.base_steps, max_len=512, obs_weight=0.0,
                        lr_schedule="constant_with_warmup", warmup_steps=min(50, cfg.base_steps // 10), threads=cfg.base_threads or os.cpu_count())
     out_dir = Path(out_dir) if out_dir is not None else run.dir / "sft" / "base"
     key = stable_hash(["sft_base", run.key("tasks_train"), run.key("student_tokenizer"), config_settings(base_cfg)])
+    if found_built(out_dir, key): return out_dir                      # before making its rows (40k quote rows at full: seconds)
+    tok, train = student_tokenizer(run), build_task_splits(run.dir, run.tasks)["train"]
+    rows = base_rows(train, cfg.base_steps * cfg.base_batch, cfg.base_reading, cfg.base_worlds, cfg.seed)
     return train_sft(rows, build_tiny_qwen2(tok, cfg.size, seed=cfg.seed), out_dir, base_cfg, tokenizer=tok, key=key)
 
 # %% ../nbs/09_sft.ipynb #71f792ba
@@ -125,13 +125,15 @@ def train_student(run: Run | str | os.PathLike | None, cfg: SFTStageConfig, stud
                   out_root=None) -> Path:
     "Train one student into `out_root/<name>` (default `run_dir/sft`): from the HF model at `base`, else `starting_model`, else a fresh `cfg.size` model."
     run = as_run(run, cfg.profile)
-    rows = build_sft_sets(run, progress=False)[student.sft_set]
     if base is None: base = starting_model(run, cfg)
+    out = Path(out_root or run.dir / "sft") / student.name
+    key = stable_hash(["sft_student", student.name, run.key(student.sft_set), None if base is None else model_fingerprint(base), config_settings(cfg)])
+    if found_built(out, key): return out                              # before loading (and re-rendering) its rows
+    rows = build_sft_sets(run, progress=False)[student.sft_set]
     if cfg.base is not None: rows = rows_for_tokenizer(rows, load_tokenizer(base))
     tok = student_tokenizer(run) if base is None else None
     model = build_tiny_qwen2(tok, cfg.size, seed=cfg.seed) if base is None else base
-    key = stable_hash(["sft_student", student.name, run.key(student.sft_set), None if base is None else model_fingerprint(base), config_settings(cfg)])
-    return train_sft(rows, model, Path(out_root or run.dir / "sft") / student.name, cfg, tokenizer=tok, key=key)
+    return train_sft(rows, model, out, cfg, tokenizer=tok, key=key)
 
 def student_named(name: str) -> Student:
     "The student of `STUDENTS` called `name`."
