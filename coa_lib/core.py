@@ -16,11 +16,11 @@ __all__ = ['PROFILES', 'TASK_KINDS', 'QA_KINDS', 'SPLITS', 'TASK_COLUMNS', 'TASK
            'scratch_dir', 'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'read_json', 'atomic_dir',
            'save_dataset', 'launched_processes', 'close_process_group', 'artifact_path', 'done_marker', 'built_record',
            'is_built', 'mark_built', 'found_built', 'load_or_build', 'start_building', 'adopt_earlier_record',
-           'stable_hash', 'config_json', 'config_settings', 'same_settings', 'training_record', 'model_fingerprint',
-           'seed_int', 'rng_for', 'split_of', 'check_split', 'check_kind', 'meta_json', 'task_meta', 'to_dataset',
-           'full_reward', 'Outcome', 'outcomes_of', 'pct', 'accuracy_text', 'DataFormatError', 'format_error',
-           'get_field', 'str_list', 'read_text_file', 'read_json_list', 'read_jsonl', 'read_csv_rows',
-           'agentflow_benchmark_dir']
+           'recorded_training', 'stable_hash', 'config_json', 'config_settings', 'same_settings', 'training_record',
+           'model_fingerprint', 'seed_int', 'rng_for', 'split_of', 'check_split', 'check_kind', 'meta_json',
+           'task_meta', 'to_dataset', 'full_reward', 'Outcome', 'outcomes_of', 'pct', 'accuracy_text',
+           'DataFormatError', 'format_error', 'get_field', 'str_list', 'read_text_file', 'read_json_list', 'read_jsonl',
+           'read_csv_rows', 'agentflow_benchmark_dir']
 
 # %% ../nbs/00_core.ipynb #f5f94ae7
 PROFILES = ("smoke", "full")
@@ -212,6 +212,12 @@ def adopt_earlier_record(path: str | os.PathLike, record_file: str, same_config:
     if same_config(record): mark_built(path, record)
     elif launched_processes() > 1: raise RuntimeError(f"{path}: trained under other settings by an earlier version; remove it in one process first")
     else: shutil.rmtree(path)   # its checkpoints must not be resumed under the new settings
+
+def recorded_training(path: str | os.PathLike) -> dict | None:
+    "What the model at `path` recorded when it finished: its marker's record, else an earlier version's `*_done.json` inside it (adopted or retrained when a stage next asks for it); None while unbuilt."
+    if (record := built_record(path)) is not None: return record
+    earlier = sorted(Path(path).glob("*_done.json"))
+    return read_json(earlier[0]) if earlier else None
 
 # %% ../nbs/00_core.ipynb #828d4150
 def stable_hash(obj: Any, n: int = 16) -> str:

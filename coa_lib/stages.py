@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .cli import Command, given, http_url, model_arg, positive_float, positive_int, recorded, run_stage_command, stage_parser
-from .core import SPLITS, built_record, close_process_group, done_marker, is_built, read_json
+from .core import SPLITS, built_record, close_process_group, is_built, read_json, recorded_training
 from .distill import DISTILLERS
 from .filtering import SFT_SETS
 from .mas import TeacherConfig
@@ -80,7 +80,7 @@ AFM_COMMANDS = {c.name: c for c in (
             check=lambda a: "--teacher-endpoint and --teacher-model go together" if bool(a.teacher_endpoint) != bool(a.teacher_model) else None),
     Command("train-student", "one student's SFT, into sft/STUDENT; runs unchanged under `accelerate launch`",
             "train-student --run-dir runs/smoke --student coa --max-steps 200 --lr 1e-3", _train_student,
-            lambda rd, a: recorded(done_marker(rd / "sft" / a.student), "config"), lambda rd, a: [rd / "sft" / a.student],
+            lambda rd, a: (recorded_training(rd / "sft" / a.student) or {}).get("config"), lambda rd, a: [rd / "sft" / a.student],
             needs=lambda a: [["prepare"]], options=_student_options, asked=lambda a: given(a, "max_steps", "batch_size", "lr", "bf16", "base", "tuning")),
     Command("select-rl", "RL data selection: the CoA student's pass rates on training tasks, into rl/selection.json; one process",
             "select-rl --run-dir runs/smoke", lambda rd, a: "{} of {} training tasks selected".format(*map(len, itemgetter("selected", "pool")(rl_selection(rd, _rl_config(a))))),
@@ -88,7 +88,7 @@ AFM_COMMANDS = {c.name: c for c in (
             needs=lambda a: [["train-student", "--student", "coa"]]),
     Command("train-rl", "agentic RL (DAPO) of the CoA student on the selected tasks, into rl/coa_rl; runs under `accelerate launch`",
             "train-rl --run-dir runs/smoke --rollout-batches 4 --lr 1e-4", lambda rd, a: train_rl_student(rd, _rl_config(a)),
-            lambda rd, a: recorded(done_marker(rd / "rl" / "coa_rl"), "config"), lambda rd, a: [rd / "rl" / "coa_rl"],
+            lambda rd, a: (recorded_training(rd / "rl" / "coa_rl") or {}).get("config"), lambda rd, a: [rd / "rl" / "coa_rl"],
             needs=lambda a: [["select-rl"]], options=_rl_options, asked=lambda a: given(a, "rollout_batches", "lr")),
     Command("eval-rl", "the CoA student before and after RL on the test split: rl_results.json, which the report reads; one process",
             "eval-rl --run-dir runs/smoke", _rl_evaluate, _rl_evaluated, lambda rd, a: [rd / "rl_results.json"], needs=lambda a: [["train-rl"]]))}

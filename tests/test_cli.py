@@ -95,6 +95,19 @@ def test_under_a_launcher_missing_upstream_is_a_message_not_a_traceback(tmp_path
     assert code == 2 and "build it in one process first" in out, out                  # a launcher never builds upstream
 
 
+def test_a_student_of_an_earlier_version_counts_as_built_upstream(tmp_path, capsys, monkeypatch):
+    "A student an earlier version finished (its `sft_done.json` inside, no marker) counts as built: train-rl starts (the stage adopts or retrains it) instead of asking to build it."
+    rd = prepared_run(tmp_path / "run")
+    done_marker(rd / "sft" / "coa").unlink()
+    atomic_write_json(rd / "sft" / "coa" / "sft_done.json", {"config": {"profile": "smoke", "lr": 1e-3}})
+    monkeypatch.setattr(stages, "rl_selection", lambda *a, **k: {"pool": [], "selected": []})
+    monkeypatch.setattr(stages, "train_rl_student", lambda *a, **k: "RL started")
+    code, out = run(stages.main, ["train-rl", "--run-dir", rd, "--build-upstream"], capsys)
+    assert code == 0 and "train-student" not in out and "RL started" in out, out
+    code, out = run(stages.main, ["train-student", "--run-dir", rd, "--student", "coa", "--lr", "5e-4"], capsys)
+    assert code == 2 and "lr 0.001 (built) vs 0.0005 (asked)" in out, out            # and its recorded settings are compared as a marker's
+
+
 def test_a_finished_rl_stage_is_not_rewritten_with_other_settings(tmp_path, capsys, no_stage_runs):
     rd = prepared_run(tmp_path / "run", {"config": asdict(RLConfig.for_profile("smoke")), "global_step": 4})
     before = done_marker(rd / "rl" / "coa_rl").read_bytes()
