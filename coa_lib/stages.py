@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .cli import Command, given, http_url, model_arg, positive_float, positive_int, recorded, run_stage_command, stage_parser
-from .core import SPLITS, built_record, close_process_group, is_built, read_json, recorded_training
+from .core import SPLITS, close_process_group, is_built, read_json, recorded_training
 from .distill import DISTILLERS
 from .filtering import SFT_SETS
 from .mas import TeacherConfig
@@ -66,10 +66,10 @@ def _rl_options(p) -> None:
 def _rl_config(a) -> RLConfig: return replace(RLConfig.for_profile(a.profile), **given(a, "rollout_batches", "lr"))
 
 def _rl_evaluated(rd: Path, a) -> dict | None:                       # rl_results.json's config while it describes the RL model there
-    res, trained = rd / "rl_results.json", built_record(rd / "rl" / "coa_rl")
+    res, trained = rd / "rl_results.json", recorded_training(rd / "rl" / "coa_rl")
     return read_json(res)["config"] if res.exists() and trained is not None and read_json(res)["training"] == trained else None
 def _rl_evaluate(rd: Path, a) -> str:                                # at the RL model's own config
-    m = run_rl_stage(rd, RLConfig(**built_record(rd / "rl" / "coa_rl")["config"]))["metrics"]
+    m = run_rl_stage(rd, RLConfig(**recorded_training(rd / "rl" / "coa_rl")["config"]))["metrics"]
     return f"test accuracy: SFT {m['coa_sft']['accuracy']:.3f}, SFT + RL {m['coa_rl']['accuracy']:.3f} ({rd / 'rl_results.json'})"
 
 # %% ../nbs/14a_stages.ipynb #94f3accb
