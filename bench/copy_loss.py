@@ -24,7 +24,7 @@ def main():
     import torch
     from transformers import AutoModelForCausalLM
     from coa_lib.core import atomic_write_json
-    from coa_lib.stage_prepare import student_tokenizer
+    from coa_lib.stage_tasks import student_tokenizer
     from coa_lib.sft import copy_token_losses
     from coa_lib.stage_sft import held_out_dev_rows
     torch.set_num_threads(2)

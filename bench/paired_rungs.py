@@ -21,7 +21,7 @@ def rung_records(spec: str, n_dev: int):
     from coa_lib.core import resolve_run_dir
     from coa_lib.evaluate import eval_tasks, evaluate
     from coa_lib.llm import load_policy
-    from coa_lib.stage_prepare import build_task_splits, student_tokenizer
+    from coa_lib.stage_tasks import build_task_splits, student_tokenizer
     from coa_lib.tasks import TaskConfig
     run_dir, _, label = spec.partition(":")
     rd = resolve_run_dir(run_dir)

@@ -49,7 +49,7 @@ def main():
     if not a.base: raise SystemExit("give at least one --base LABEL=PATH")
     torch.set_num_threads(a.threads)
     from coa_lib.core import atomic_write_json
-    from coa_lib.stage_prepare import build_task_splits
+    from coa_lib.stage_tasks import build_task_splits
     from coa_lib.tasks import TaskConfig
     dev = build_task_splits(a.run_dir, TaskConfig.for_profile(a.profile))["dev"]
     results = json.loads(OUT.read_text()) if OUT.exists() else {}

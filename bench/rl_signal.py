@@ -20,7 +20,7 @@ from coa_lib.evaluate import eval_tasks
 from coa_lib.llm import load_policy
 from coa_lib.episode import Limits
 from coa_lib.rollout import rollout
-from coa_lib.stage_prepare import build_task_splits
+from coa_lib.stage_tasks import build_task_splits
 from coa_lib.stage_sft import student_named
 from coa_lib.tasks import TaskConfig
 

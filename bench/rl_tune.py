@@ -21,7 +21,7 @@ def main() -> None:
     from coa_lib.evaluate import eval_tasks
     from coa_lib.rl import RLConfig
     from coa_lib.sft import SFTStageConfig
-    from coa_lib.stage_prepare import build_task_splits
+    from coa_lib.stage_tasks import build_task_splits
     from coa_lib.stage_sft import evaluate_student, sft_student, student_named
     from coa_lib.stage_rl import train_rl_student
     from coa_lib.tasks import TaskConfig

@@ -69,14 +69,14 @@ def phase_shares(kinds: tuple[str, ...], given: dict[str, float], profile: dict[
 def run_rung(a) -> dict:
     from transformers import TrainerCallback
     from coa_lib.core import atomic_write_json, built_record, resolve_run_dir
-    from coa_lib.stage_prepare import build_sft_sets
+    from coa_lib.stage_filter import build_sft_sets
     from coa_lib.llm import build_tiny_qwen2, load_policy
-    from coa_lib.stage_prepare import student_tokenizer
+    from coa_lib.stage_tasks import student_tokenizer
     from coa_lib.evaluate import evaluate
     from coa_lib.evaluate import eval_tasks
     from coa_lib.sft import copy_token_losses, SFTStageConfig, train_sft
     from coa_lib.stage_sft import held_out_dev_rows
-    from coa_lib.stage_prepare import build_task_splits
+    from coa_lib.stage_tasks import build_task_splits
     from coa_lib.stage_sft import rows_for_tokenizer
     from coa_lib.tasks import TaskConfig
     from coa_lib.tuning import WallClockBudget
@@ -192,7 +192,7 @@ def reevaluate(a) -> dict:
     from coa_lib.core import atomic_write_json, resolve_run_dir
     from coa_lib.evaluate import eval_tasks
     from coa_lib.sft import SFTStageConfig
-    from coa_lib.stage_prepare import build_task_splits, student_tokenizer
+    from coa_lib.stage_tasks import build_task_splits, student_tokenizer
     from coa_lib.tasks import TaskConfig
     from coa_lib.tokenizer import load_tokenizer
     torch.set_num_threads(a.threads)

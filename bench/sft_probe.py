@@ -2,7 +2,7 @@
 
 The full profile's sizes (`coa_lib.sft.SFTStageConfig.for_profile("full")`) were chosen with this script, on the
 **dev** split only (the test split is for the stage notebook's table). It trains one student of the run's SFT sets
-(`coa_lib.stage_prepare.build_sft_sets`, built at the run's profile when missing) through `coa_lib.sft.train_sft`, then rolls
+(`coa_lib.stage_filter.build_sft_sets`, built at the run's profile when missing) through `coa_lib.sft.train_sft`, then rolls
 it out with the real tools on the first `--n-dev` dev tasks of each kind (`coa_lib.evaluate.evaluate`, greedy).
 
     python bench/sft_probe.py --run-dir runs/full --set coa_sft --tokens 600000 [--batch 4] [--lr 2e-3] [--size tiny]
@@ -43,10 +43,10 @@ def main():
     ap.add_argument("--schedule", default="cosine", choices=["cosine", "constant_with_warmup"], help="learning-rate schedule (constant: a curve's points are comparable)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    from coa_lib.stage_prepare import build_sft_sets
+    from coa_lib.stage_filter import build_sft_sets
     from coa_lib.llm import build_tiny_qwen2
-    from coa_lib.stage_prepare import student_tokenizer
-    from coa_lib.stage_prepare import build_task_splits
+    from coa_lib.stage_tasks import student_tokenizer
+    from coa_lib.stage_tasks import build_task_splits
     from coa_lib.tasks import TaskConfig
     rd = resolve_run_dir(a.run_dir)
     student = next(s for s in STUDENTS if s.sft_set == a.set)

@@ -35,7 +35,7 @@ def evaluations(run_dir: Path, profile: str, seed: int, paths: dict[str, Path]) 
     "{student: {task id: correct}} on the SFT stage's test tasks, evaluated once (found again by name)."
     from coa_lib.evaluate import eval_tasks, per_task_correct
     from coa_lib.sft import SFTStageConfig
-    from coa_lib.stage_prepare import build_task_splits
+    from coa_lib.stage_tasks import build_task_splits
     from coa_lib.stage_sft import eval_records, evaluate_students, sft_eval_name, student_named
     from coa_lib.tasks import TaskConfig
     cfg = SFTStageConfig.for_profile(profile)

@@ -19,7 +19,7 @@ from pathlib import Path
 from coa_lib.core import atomic_write_json
 from coa_lib.llm import Backend, BackendError, OpenAIBackend, build_tiny_qwen2
 from coa_lib.mas import MASLimits, run_teacher
-from coa_lib.stage_prepare import build_task_splits, student_tokenizer
+from coa_lib.stage_tasks import build_task_splits, student_tokenizer
 from coa_lib.tasks import TaskConfig
 from coa_lib.teacher import scripted_backend
 from serve_load import free_port, start_server   # bench/ is on the path when a bench script runs

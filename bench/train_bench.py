@@ -119,8 +119,8 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     load_before = os.getloadavg()
-    from coa_lib.stage_prepare import build_sft_sets
-    from coa_lib.stage_prepare import student_tokenizer
+    from coa_lib.stage_filter import build_sft_sets
+    from coa_lib.stage_tasks import student_tokenizer
     rd = resolve_run_dir(a.run_dir)
     rows = build_sft_sets(rd, "smoke", progress=False)["coa_sft"]
     tok = student_tokenizer(rd, "smoke")

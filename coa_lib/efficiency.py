@@ -18,7 +18,8 @@ from .rl import RLConfig
 from .sft import SFTStageConfig
 from .mas import TeacherConfig
 from .stage_rl import RL_EVAL_NAMES, run_rl_stage
-from .stage_prepare import build_task_splits, teacher_eval
+from .stage_tasks import build_task_splits
+from .stage_teacher import teacher_eval
 from .stage_sft import evaluate_students, sft_eval_name, student_named, train_students
 from .tasks import TaskConfig
 

@@ -15,7 +15,7 @@ from .evaluate import eval_tasks
 from .run import as_run, run_dir_of
 from .scripted_flow import scripted_modules
 from .sft import SFTStageConfig, train_sft
-from .stage_prepare import build_task_splits, student_tokenizer
+from .stage_tasks import build_task_splits, student_tokenizer
 from .stage_sft import sft_student
 from .tokenizer import load_tokenizer
 

@@ -17,7 +17,7 @@ from .llm import load_policy
 from .prompts import agent_prompt
 from .rl import RLConfig, pass_rates, select_tasks, train_rl
 from .run import Run, as_run
-from .stage_prepare import build_task_splits
+from .stage_tasks import build_task_splits
 from .stage_sft import eval_records, evaluate_students, sft_student, student_named
 from .tokenizer import load_tokenizer
 

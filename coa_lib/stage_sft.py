@@ -25,7 +25,9 @@ from .prompts import agent_prompt
 from .reading import reading_rows, task_worlds
 from .run import Run, as_run
 from .sft import SFTStageConfig, eval_loss, plot_loss, quote_rows, train_sft
-from .stage_prepare import build_sft_sets, build_task_splits, student_tokenizer, teacher_eval
+from .stage_tasks import build_task_splits, student_tokenizer
+from .stage_teacher import teacher_eval
+from .stage_filter import build_sft_sets
 from .teacher import scripted_backend
 from .tokenizer import load_tokenizer, world_pages
 

@@ -18,7 +18,8 @@ from .mas import TeacherConfig
 from .rl import RLConfig
 from .run import Run
 from .sft import SFTStageConfig
-from .stage_prepare import build_sft_sets, run_teacher_stage, teacher_eval
+from .stage_teacher import run_teacher_stage, teacher_eval
+from .stage_filter import build_sft_sets
 from .stage_rl import rl_selection, run_rl_stage, train_rl_student
 from .stage_sft import STUDENTS, student_named, train_student
 from .tuning import Tuning

@@ -304,7 +304,7 @@ RUN_DIR_MODULES = {"core", "run", "reproduce"}        # core defines resolve_run
 RESULT_FILES = ("rl_results.json", "sft_results.json", "sft_game24.json", "sft_memorisation_gap.json", "sft_base.json",
                 "agentflow_results.json", "flow_grpo_results.json", "efficiency_results.json", "filter_report.json",
                 "selection.json", "teacher_flows.json", "offline_sft_rows.json")
-RUN_STAGE_MODULES = {"run", "stage_prepare", "stage_sft", "stage_rl", "stage_agentflow", "stage_flow_grpo",   # writers of a run (one module per stage)
+RUN_STAGE_MODULES = {"run", "stage_tasks", "stage_teacher", "stage_distill", "stage_filter", "stage_sft", "stage_rl", "stage_agentflow", "stage_flow_grpo",   # writers of a run (one module per stage)
                      "stages", "flow_stages", "efficiency",
                      "report", "viewer", "docs"}                                                             # and its readers
 # Known exceptions: the completion records earlier versions left inside a trained model's folder, read once by the training
@@ -342,8 +342,9 @@ def test_result_file_names_live_in_the_run_stage_layer():
 
 
 # Issue 26, move 2: a stage notebook that exports its stage module writes no run file from an unexported cell.
-STAGE_MODULE_NOTEBOOKS = {"09_sft": "stage_sft", "10_agentic_rl": "stage_rl", "11_agentflow": "stage_agentflow",
-                          "12_flow_grpo": "stage_flow_grpo"}   # the stages moved so far (the prepared ones and efficiency: not yet)
+STAGE_MODULE_NOTEBOOKS = {"01_tasks": "stage_tasks", "05_teacher_mas": "stage_teacher", "06_distill": "stage_distill",
+                          "07_filter": "stage_filter", "09_sft": "stage_sft", "10_agentic_rl": "stage_rl", "11_agentflow": "stage_agentflow",
+                          "12_flow_grpo": "stage_flow_grpo"}   # every stage notebook but 13_efficiency (library and stage in one)
 WRITERS = {"atomic_write_json", "atomic_write_text", "atomic_dir", "save_dataset", "save_pretrained", "write_text", "write_bytes", "savefig"}
 
 

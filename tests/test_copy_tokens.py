@@ -2,8 +2,8 @@
 import pytest
 
 from coa_lib.distill import trace_to_coa
-from coa_lib.stage_prepare import build_sft_sets
-from coa_lib.stage_prepare import student_tokenizer
+from coa_lib.stage_filter import build_sft_sets
+from coa_lib.stage_tasks import student_tokenizer
 from coa_lib.tokenizer import build_tokenizer, copied_spans, copyability, gpt2_pre_tokenizer
 from coa_lib.core import TASK_KINDS
 

@@ -240,7 +240,7 @@ def test_figures_whole_number_axes(figures, tmp_path):
     from coa_lib.core import SPLITS, TASK_KINDS
     from coa_lib.flow_grpo import plot_flow_curves
     from coa_lib.rl import CURVES, plot_rl_curves
-    from coa_lib.tasks import plot_task_stats
+    from coa_lib.stage_tasks import plot_task_stats
     rows = lambda n: Dataset.from_dict({"kind": [TASK_KINDS[i % 6] for i in range(n)],
                                         "meta": [json.dumps({"hops": 1 + i % 4}) for i in range(n)]})
     plot_task_stats({s: rows(24) for s in SPLITS}, tmp_path / "tasks_hops.png")
@@ -262,7 +262,8 @@ def test_figures_whole_number_axes(figures, tmp_path):
 def test_figures_legends_cover_no_bars(figures, tmp_path):
     from datasets import Dataset
     from coa_lib.distill import plot_role_shares
-    from coa_lib.mas import TRACE_COLUMNS, plot_teacher_cost
+    from coa_lib.mas import TRACE_COLUMNS
+    from coa_lib.stage_teacher import plot_teacher_cost
     kinds = ["code", "comparison", "game24", "math", "mixed", "multihop"]
     n = 3 * len(kinds)
     cols = {c: [0] * n for c in TRACE_COLUMNS if c != "calls"}

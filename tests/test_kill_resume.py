@@ -1,9 +1,9 @@
 """kill -9 and resume: a two-stage pipeline built from the library's own artifact writers (task splits and a dataset via
 `load_or_build`/`atomic_dir`, the teacher's resumable shards) is killed mid-artifact and mid-stage by SIGKILL on the
 runner's process group, then re-run: it finishes, reuses every completed artifact, and everything in the run dir loads.
-The teacher notebook itself (nbs/05_teacher_mas.ipynb), killed at two points, reruns with no manual step and leaves no
-temporary behind."""
-import json, os, signal, subprocess, sys, time
+The teacher's stage notebook itself (nbs/05_teacher_mas.ipynb), killed in each of its two artifacts, reruns with no manual
+step and leaves no temporary behind."""
+import json, os, shutil, signal, subprocess, sys, time
 from pathlib import Path
 
 import nbformat
@@ -20,7 +20,7 @@ import os, time
 from pathlib import Path
 from datasets import Dataset, load_from_disk
 from coa_lib.core import atomic_dir, load_or_build
-from coa_lib.stage_prepare import build_task_splits
+from coa_lib.stage_tasks import build_task_splits
 from coa_lib.tasks import TaskConfig
 rd = Path(run_dir); slow = float(os.environ.get("COA_TEST_SLOW", "0"))
 splits = build_task_splits(rd, TaskConfig.for_profile("smoke"))
@@ -40,7 +40,7 @@ from pathlib import Path
 from coa_lib.core import load_or_build, save_dataset
 from coa_lib.mas import run_teacher
 from coa_lib.teacher import scripted_backend
-from coa_lib.stage_prepare import build_task_splits
+from coa_lib.stage_tasks import build_task_splits
 from coa_lib.tasks import TaskConfig
 rd = Path(run_dir); slow = float(os.environ.get("COA_TEST_SLOW", "0"))
 tasks = build_task_splits(rd, TaskConfig.for_profile("smoke"))["train"].select(range(12))
@@ -135,10 +135,10 @@ def _entries(rd: Path) -> set[str]:
 
 
 def test_teacher_notebook_killed_anywhere_reruns_and_leaves_no_temporary(tmp_path):
-    """nbs/05_teacher_mas.ipynb at the smoke profile, SIGKILLed in its teacher stage (after its resume demo) and inside its
-    served-model demo: each rerun completes with no manual step, leaves no temporary or demo folder in the run dir (the
-    second leaves it exactly as the first did) and nothing in the temp dir, after the kill (the kernel's connection file
-    included) or after the rerun."""
+    """nbs/05_teacher_mas.ipynb at the smoke profile, SIGKILLed while it writes the training traces and, asked to make the
+    dev and test traces again, while it writes those: each rerun completes with no manual step, leaves no temporary or demo
+    folder in the run dir (the second leaves it exactly as the first did) and nothing in the temp dir, after the kill (the
+    kernel's connection file included) or after the rerun."""
     tmp = tmp_path / "tmp"; tmp.mkdir()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "torch-cache")}
     def start(rd: Path, *extra: str) -> subprocess.Popen:
@@ -148,13 +148,16 @@ def test_teacher_notebook_killed_anywhere_reruns_and_leaves_no_temporary(tmp_pat
         p = start(rd); _, err = p.communicate(timeout=600)
         assert p.returncode == 0, err.decode()[-3000:]
     rd, done = tmp_path / "run", None   # `done`: the run dir after the first rerun, which the second must leave as it found it
-    kills = [((), lambda: (rd / "teacher_traces.shards").is_dir(), "the teacher stage (its demos done)"),
-             (("--force",), lambda: any(rd.glob("*/model.safetensors")) or any(rd.glob("*/*/model.safetensors")), "the served-model demo")]
+    def again(name: str) -> None:   # the artifact `name` removed, so that the rerun builds it (and can be killed in it) again
+        shutil.rmtree(rd / name); (rd / f"{name}.done").unlink()
+    kills = [((), lambda: (rd / "teacher_traces.shards").is_dir(), "the training traces", None),
+             (("--force",), lambda: (rd / "teacher_eval.shards").is_dir(), "the dev and test traces", "teacher_eval")]
     def settled() -> set[str]:   # the temp dir once the killed processes' watchers have done their work
         deadline = time.time() + 30
         while any(p.is_dir() for p in tmp.iterdir()) and time.time() < deadline: time.sleep(0.1)
         return {p.name for p in tmp.iterdir()}
-    for extra, ready, what in kills:
+    for extra, ready, what, rebuild in kills:
+        if rebuild: again(rebuild)
         _kill_when(start(rd, *extra), ready, what)
         killed_left = settled()   # the kernel's connection file too: it lives in the runner's watched temp dir
         assert not killed_left, sorted(killed_left)

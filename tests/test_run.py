@@ -7,7 +7,9 @@ from pathlib import Path
 from coa_lib.core import atomic_write_json, built_record, done_marker, read_json
 from coa_lib.run import Run, task_key
 from coa_lib.stages import PREPARED
-from coa_lib.stage_prepare import build_sft_sets, build_task_splits, teacher_eval
+from coa_lib.stage_tasks import build_task_splits
+from coa_lib.stage_teacher import teacher_eval
+from coa_lib.stage_filter import build_sft_sets
 from coa_lib.stage_sft import student_named, train_student
 from coa_lib.tasks import TaskConfig
 

@@ -403,12 +403,12 @@ def test_unknown_format_and_missing_file(tmp_path):
 
 def test_build_task_splits_finds_its_artifacts(tmp_path):
     cfg = T.TaskConfig(n_train=4, n_eval=2, n_heldout=2, worlds_train=2, worlds_eval=2, n_entities=30)
-    from coa_lib.stage_prepare import build_task_splits
+    from coa_lib.stage_tasks import build_task_splits, plot_task_stats
     first = build_task_splits(tmp_path, cfg)
     assert {s: len(d) for s, d in first.items()} == {"train": 24, "train_heldout": 12, "dev": 12, "test": 12}
     again = build_task_splits(tmp_path, cfg)
     assert ds_bytes(again["test"]) == ds_bytes(first["test"])
-    assert (T.plot_task_stats(first, tmp_path / "f.png")).stat().st_size > 1000
+    assert (plot_task_stats(first, tmp_path / "f.png")).stat().st_size > 1000
 
 
 def test_task_difficulty_is_the_teacher_plan_length():
