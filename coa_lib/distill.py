@@ -22,7 +22,7 @@ from .tools import ALREADY_CALLED, normalise_argument
 # %% auto #0
 __all__ = ['VERBATIM_SPANS', 'SPAN_LEAD', 'COA_SPANS', 'REACT_SPANS', 'DIRECT_SPANS', 'DISTILLERS', 'KEEP_COLUMNS', 'Spans',
            'linearize', 'trace_to_coa', 'trace_to_react', 'trace_to_direct', 'trained_tokens_by_role',
-           'plot_role_shares', 'distill_formats', 'distill']
+           'plot_role_shares', 'wording_role_shares', 'distill_formats', 'distill']
 
 # %% ../nbs/06a_distill.ipynb #50b0cd1c
 VERBATIM_SPANS = ("answer", "suggested_answer")   # may hold code: whitespace kept
@@ -145,6 +145,12 @@ def plot_role_shares(shares: dict[str, dict[str, float]], path) -> Path:
     fig.tight_layout()
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=100, bbox_inches="tight"); plt.close(fig)
     return path
+
+def wording_role_shares(traces: Dataset, tokenizer, sample: int = 2000) -> dict[str, dict[str, float]]:
+    "`trained_tokens_by_role` of the CoA trajectories of the first `sample` traces, in the full wording and in the compact one the student learns."
+    few = traces.select(range(min(traces.num_rows, sample)))       # a fixed sample is plenty for shares (and fast at full)
+    return {label: trained_tokens_by_role([{"completion": trace_to_coa(t, compact=c)} for t in few], tokenizer)
+            for label, c in (("full wording", False), ("compact", True))}
 
 
 # %% ../nbs/06a_distill.ipynb #e47f2ec0

@@ -244,7 +244,7 @@ def grpo_args(out_dir: Path, cfg: RLConfig, **overrides):
 
 # %% ../nbs/10a_rl.ipynb #73df7dc4
 def dev_callback(tasks: list[dict], tokenizer, cfg: RLConfig, fmt: TagSet | str, every_steps: int, reward_fn=None, toolbox=None):
-    "A `TrainerCallback` that evaluates the live policy on dev tasks (greedy) every `every_steps` optimizer steps and at the end."
+    "A `TrainerCallback` that evaluates the live policy on dev tasks (greedy) every `every_steps` optimizer steps and at the end (no tasks: no dev curve)."
     from transformers import TrainerCallback
     class DevEval(TrainerCallback):
         def __init__(self): self.history: list[dict] = []
@@ -258,9 +258,9 @@ def dev_callback(tasks: list[dict], tokenizer, cfg: RLConfig, fmt: TagSet | str,
             self.history.append(row)
             return row
         def on_train_begin(self, args, state, control, model=None, **kw):
-            if not any(r["step"] == state.global_step for r in self.history): self.evaluate(model, state.global_step)
+            if tasks and not any(r["step"] == state.global_step for r in self.history): self.evaluate(model, state.global_step)
         def on_step_end(self, args, state, control, model=None, **kw):
-            if state.global_step % every_steps == 0 or state.global_step == state.max_steps: self.evaluate(model, state.global_step)
+            if tasks and (state.global_step % every_steps == 0 or state.global_step == state.max_steps): self.evaluate(model, state.global_step)
     return DevEval()
 
 # %% ../nbs/10a_rl.ipynb #4d7ac4a5

@@ -10,13 +10,13 @@ from pathlib import Path
 from datasets import Dataset, load_from_disk
 
 from .core import load_or_build, save_dataset
-from .distill import DISTILLERS, distill_formats
+from .distill import DISTILLERS, distill_formats, plot_role_shares, wording_role_shares
 from .run import Run, as_run
 from .stage_tasks import student_tokenizer
 from .stage_teacher import run_teacher_stage
 
 # %% auto #0
-__all__ = ['distill_all']
+__all__ = ['distill_all', 'role_shares_figure']
 
 # %% ../nbs/06_distill.ipynb #cda91008
 def distill_all(run: Run | str | os.PathLike | None, profile: str = "smoke", progress: bool = True) -> dict[str, Dataset]:
@@ -30,3 +30,10 @@ def distill_all(run: Run | str | os.PathLike | None, profile: str = "smoke", pro
         built.append(True)
     return {fmt: load_or_build(run.dir, f"distilled_{fmt}", build, lambda p: load_from_disk(str(p)), key=run.key(f"distilled_{fmt}"))
             for fmt in DISTILLERS}
+
+# %% ../nbs/06_distill.ipynb #199946ba
+def role_shares_figure(run: Run | str | os.PathLike | None, profile: str = "smoke") -> Path:
+    "The trained tokens by role of the run's CoA trajectories, compact against full wording: `figures/distill_role_shares.png`."
+    run = as_run(run, profile)
+    shares = wording_role_shares(run_teacher_stage(run, progress=False), student_tokenizer(run))
+    return plot_role_shares(shares, run.dir / "figures" / "distill_role_shares.png")
