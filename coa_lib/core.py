@@ -233,9 +233,8 @@ def config_settings(cfg) -> dict:
     return {k: v for k, v in config_json(cfg).items() if k not in ("profile", *getattr(type(cfg), "unkeyed_fields", ()))}
 
 def same_settings(stored: dict | None, cfg) -> bool:
-    "Whether a config an earlier version recorded (`stored`, JSON) builds what `cfg` builds: equal on the settings both know."
-    now = config_settings(cfg)
-    return stored is not None and all(stored[k] == v for k, v in now.items() if k in stored)
+    "Whether a config an earlier version recorded (`stored`, JSON) builds what `cfg` builds: every setting `cfg` keys is recorded, and equal (one added since may change what is built)."
+    return stored is not None and all(k in stored and stored[k] == v for k, v in config_settings(cfg).items())
 
 def training_record(path: str | os.PathLike) -> dict | None:
     "What the training of the model at `path` recorded: its marker's record, the config hash aside; None while unbuilt."
