@@ -205,9 +205,10 @@ def test_a_tiny_rl_run_writes_tensorboard_events(tmp_path):
     assert "train/loss" in acc.Tags()["scalars"]
 
 
-def test_rl_quiets_the_tensorboard_notice_for_metrics_trl_logs_as_none(tmp_path):
+def test_rl_quiets_the_tensorboard_notice_for_metrics_trl_logs_as_none(tmp_path, monkeypatch):
     "TRL logs a clip metric as None when no token was clipped; transformers' TensorBoard callback then warns on every step."
     import logging
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))   # else the callback's writer opens runs/<date>_<host> in the repo
     from transformers import TrainerControl, TrainerState, TrainingArguments
     from transformers.integrations import TensorBoardCallback
     from coa_lib.rl import _quiet_trl
@@ -222,6 +223,7 @@ def test_rl_quiets_the_tensorboard_notice_for_metrics_trl_logs_as_none(tmp_path)
         assert len(seen) == 1, seen
     finally:
         log.removeHandler(handler); cb.on_train_end(args, state, TrainerControl())
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))                        # its events went to the test's folder
 
 
 # --- make ----------------------------------------------------------------------------------------------------------
