@@ -234,6 +234,15 @@ def run_seeds(run_dir) -> dict[str, int]:
     return out
 
 # %% ../nbs/14c_report.ipynb #bffcb6c8
+def _runs(marker: dict) -> list[dict]:
+    "A notebook's completed runs at the marker's profile, the latest last."
+    return [r for r in marker.get("earlier", []) if r.get("profile", marker["profile"]) == marker["profile"]] + [marker]
+
+def _minutes(marker: dict) -> str:
+    "The latest run's wall time, with the earlier runs' after it."
+    before = [f"{r['seconds'] / 60:.1f}" for r in _runs(marker)[:-1]]
+    return f"{marker['seconds'] / 60:.1f} min" + (f" (earlier runs: {', '.join(before)} min)" if before else "")
+
 def provenance(run_dir) -> str:
     "Markdown: when, where (machine, library versions), at which commits and seeds the run's notebooks ran, and each one's wall time."
     rd, done = Path(run_dir), stage_markers(run_dir)
@@ -248,8 +257,10 @@ def provenance(run_dir) -> str:
              + ", ".join(f"{k} {v}" for k, v in package_versions().items()) + ".", "",
              "Seeds (stage configs): " + (", ".join(f"{k} {v}" for k, v in run_seeds(rd).items()) or "none recorded") + ".", "",
              "| stage | wall time | finished | commit |", "|---|---:|---|---|"]
-    lines += [f"| {d['notebook'].removesuffix('.ipynb')} | {d['seconds'] / 60:.1f} min | {d['finished']} | {d.get('commit') or 'unrecorded'} |" for d in done]
+    lines += [f"| {d['notebook'].removesuffix('.ipynb')} | {_minutes(d)} | {d['finished']} | {d.get('commit') or 'unrecorded'} |" for d in done]
     lines += [f"| all | {sum(d['seconds'] for d in done) / 60:.1f} min | | |"]
+    if any(_runs(d)[:-1] for d in done):   # some stage ran again: what each took at its longest (the run that built its artifacts)
+        lines += [f"| all, each stage's longest run | {sum(max(r['seconds'] for r in _runs(d)) for d in done) / 60:.1f} min | | |"]
     return "\n".join(lines) + "\n"
 
 # %% ../nbs/14c_report.ipynb #dcb84677

@@ -13,9 +13,9 @@ from .core import PROFILES, atomic_write_json, atomic_write_text, check_profile,
 from .report import build_report
 
 # %% auto #0
-__all__ = ['RUNNER_NOTEBOOK', 'find_repo_root', 'stage_notebooks', 'select_notebooks', 'marker_path', 'completed', 'NotebookRun',
-           'git_commit', 'machine_info', 'StageFailed', 'kernel_files_dir', 'run_notebook', 'format_summary',
-           'reproduce', 'main']
+__all__ = ['RUNNER_NOTEBOOK', 'find_repo_root', 'stage_notebooks', 'select_notebooks', 'marker_path', 'earlier_runs', 'completed',
+           'NotebookRun', 'git_commit', 'machine_info', 'StageFailed', 'kernel_files_dir', 'run_notebook',
+           'format_summary', 'reproduce', 'main']
 
 # %% ../nbs/14_reproduce.ipynb #99645451
 RUNNER_NOTEBOOK = "14_reproduce.ipynb"
@@ -55,6 +55,12 @@ def _source_hash(nb: Path) -> str:
     return stable_hash([(c.cell_type, c.source) for c in cells])
 
 def marker_path(run_dir: Path, nb: Path) -> Path: return Path(run_dir) / ".done" / f"{nb.stem}.json"
+
+def earlier_runs(marker: Path) -> list[dict]:
+    "The completed runs a notebook's marker holds, before a new run replaces it: the ones it kept, then its own (a rerun that finds every artifact is fast; the run that built them stays on record)."
+    if not marker.exists(): return []
+    old = read_json(marker)
+    return old.get("earlier", []) + [{k: old[k] for k in ("profile", "seconds", "finished", "commit") if k in old}]
 
 def completed(run_dir: Path, nb: Path, profile: str) -> dict | None:
     "The marker of `nb` in `run_dir` if it completed there with `profile`, else None."
@@ -178,6 +184,7 @@ def reproduce(profile: str = "full", run_dir: str | Path = "runs/full", start: s
                 if done.get("source_hash") != _source_hash(nb):
                     print(f"note: {nb.name} changed since it completed; --force to run it again", file=sys.stderr)
             else:
+                earlier = earlier_runs(marker_path(run_dir, nb))
                 marker_path(run_dir, nb).unlink(missing_ok=True)
                 t0 = time.time()
                 try:
@@ -190,7 +197,7 @@ def reproduce(profile: str = "full", run_dir: str | Path = "runs/full", start: s
                     break
                 r.status, r.completed_seconds, r.finished, r.commit = "done", round(r.seconds, 2), time.strftime("%Y-%m-%dT%H:%M:%S"), commit
                 atomic_write_json(marker_path(run_dir, nb), dict(notebook=nb.name, profile=profile, seconds=r.completed_seconds,
-                                  finished=r.finished, commit=commit, source_hash=_source_hash(nb)))
+                                  finished=r.finished, commit=commit, source_hash=_source_hash(nb), earlier=earlier))
             bar.update(1)
     finally:
         bar.close()
