@@ -9,7 +9,8 @@ At the end `--final-n-dev` tasks per kind are evaluated greedily and, with `--av
 `--temperature` (avg@k). A rung may start from a pretrained model (`--pretrained smollm2-135m` or any HF path, with
 `--tuning top_layers|lora|full`): the SFT rows are re-rendered in its chat template, its learning rate defaults to
 its kind's (`coa_lib.tuning.default_lr`). `--base-steps N --base-reading 0.5` starts from the stage's base model
-pretrained on quote and reading rows. The learning rate is constant after warm-up (`--schedule`), so the points of a
+pretrained on quote and reading rows; with `--base-reading-steps M`, N quote steps then M steps with that share of reading
+rows (the curriculum). The learning rate is constant after warm-up (`--schedule`), so the points of a
 curve are comparable. Ablations: `--obs-weight 0.1` (observation tokens trained at 0.1 instead of masked), `--rows N`
 (epochs over N rows instead of one pass over fresh ones), `--kind-share multihop=0.3 ...` (each kind's share of a phase's
 tokens; every kind of the phase, summing to 1; default: the profile's `kind_shares` over the phase's kinds, `--own-mix`: the
@@ -156,9 +157,11 @@ def run_rung(a) -> dict:
             from transformers import AutoModelForCausalLM
             from coa_lib.stage_sft import pretrain_base
             if a.base_steps:          # the stage's base model at this size (quote and reading rows), built once per size, steps and mix
-                kind = f"reading{a.base_reading:g}_" if a.base_reading else "quote_"
-                a.base = str(pretrain_base(rd, replace(cfg, base_steps=a.base_steps, base_threads=a.threads),
-                                           rd / "ladder" / f"base_{kind}{a.size}_{a.base_steps}"))
+                quote = rd / "ladder" / f"base_quote_{a.size}_{a.base_steps}"
+                name = (f"{quote.name}_reading{a.base_reading:g}x{a.base_reading_steps}" if a.base_reading_steps else
+                        f"base_reading{a.base_reading:g}_{a.size}_{a.base_steps}" if a.base_reading else quote.name)
+                a.base = str(pretrain_base(rd, replace(cfg, base_steps=a.base_steps, base_reading_steps=a.base_reading_steps, base_threads=a.threads),
+                                           rd / "ladder" / name, quote_dir=quote))
                 res["base"] = a.base
             base = AutoModelForCausalLM.from_pretrained(a.base)
         model = build_tiny_qwen2(tok, a.size, seed=a.seed) if base is None else base
@@ -307,6 +310,8 @@ def main():
     ap.add_argument("--lora-r", type=int, default=16)
     ap.add_argument("--eval-dtype", default=None, help="e.g. bfloat16: evaluate a bf16 copy (a big model twice as fast)")
     ap.add_argument("--base-reading", type=float, default=0.0, help="with --base-steps: share of reading rows in the base's pretraining")
+    ap.add_argument("--base-reading-steps", type=int, default=0,
+                    help="with --base-steps and --base-reading: a curriculum, the quote base then these steps with that share of reading rows")
     ap.add_argument("--final-n-dev", type=int, default=50, help="dev tasks per kind (all six kinds) in the final evaluation; 0: none")
     ap.add_argument("--avg-k", type=int, default=4, help="samples per task for the final avg@k (0: greedy only)")
     ap.add_argument("--temperature", type=float, default=0.7)

@@ -230,7 +230,8 @@ def config_json(cfg) -> dict:
 
 def config_settings(cfg) -> dict:
     "A config as its artifacts are keyed: its JSON form without the profile and the class's `unkeyed_fields`, if it names any (they change how fast or where it builds, or only what is evaluated afterwards; not what is built)."
-    return {k: v for k, v in config_json(cfg).items() if k not in ("profile", *getattr(type(cfg), "unkeyed_fields", ()))}
+    skip, added = ("profile", *getattr(type(cfg), "unkeyed_fields", ())), getattr(type(cfg), "added_fields", {})
+    return {k: v for k, v in config_json(cfg).items() if k not in skip and not (k in added and v == added[k])}
 
 def same_settings(stored: dict | None, cfg) -> bool:
     "Whether a config an earlier version recorded (`stored`, JSON) builds what `cfg` builds: every setting `cfg` keys is recorded, and equal (one added since may change what is built)."

@@ -29,7 +29,7 @@ def _prompt(world: World, titles: Sequence[str], question: str) -> str:
     return f"{shown}\nQuestion: {question}\nSentence:"
 
 def reading_row(world: World, rng: random.Random, docs: tuple[int, int] = (1, 3), not_found: float = 0.15) -> dict:
-    "One reading row of `world`: prompt (pages + question), completion (the sentence, then `Answer:`), the gold answer."
+    "One reading row of `world`: prompt (pages + question), completion (the sentence, then `Answer:` and a line end), the gold answer."
     names = [n for n, e in world.entities.items() if RELATIONS_BY_TYPE[e.type]]
     name = rng.choice(names)
     titles = _pages_about(world, name, rng, rng.randint(*docs))
@@ -41,9 +41,9 @@ def reading_row(world: World, rng: random.Random, docs: tuple[int, int] = (1, 3)
     rel = rng.choice([r for r in RELATIONS_BY_TYPE[ent.type] if (ent.name, r.name) in world.sentences])
     question = rel.question.format(x=START_NP[ent.type].format(x=ent.name))
     if ent.name != name:
-        return {"prompt": _prompt(world, titles, question), "completion": f" {NOT_FOUND}\nAnswer: {NOT_FOUND}", "answer": NOT_FOUND}
+        return {"prompt": _prompt(world, titles, question), "completion": f" {NOT_FOUND}\nAnswer: {NOT_FOUND}\n", "answer": NOT_FOUND}
     answer = str(ent[rel.name])
-    return {"prompt": _prompt(world, titles, question), "completion": f" {world.sentences[(name, rel.name)]}\nAnswer: {answer}",
+    return {"prompt": _prompt(world, titles, question), "completion": f" {world.sentences[(name, rel.name)]}\nAnswer: {answer}\n",
             "answer": answer}
 
 # %% ../nbs/09b_reading.ipynb #cad79554
@@ -67,10 +67,16 @@ def parse_answer(text: str) -> str | None:
     head, sep, rest = text.partition("Answer:")
     return rest.strip().split("\n")[0].strip() if sep else None
 
-def reading_accuracy(backend, rows: Sequence[dict], max_new_tokens: int = 64) -> dict:
-    "Share of `rows` whose greedy completion by `backend` answers exactly (overall, found and not-found rows apart)."
+def _first_line(text: str) -> str:
+    "The text's first line, stripped: the sentence a reading completion quotes."
+    return text.strip().split("\n")[0].strip()
+
+def reading_accuracy(backend, rows: Sequence[dict], max_new_tokens: int = 96) -> dict:
+    "Share of `rows` whose greedy completion by `backend` answers exactly (overall, found and not-found rows apart), and quotes the right sentence."
     outs = backend.generate([r["prompt"] for r in rows], stop=["\nQuestion:"], max_new_tokens=max_new_tokens)
     ok = [parse_answer(o.text) == r["answer"] for o, r in zip(outs, rows)]
+    quoted = [_first_line(o.text) == _first_line(r["completion"]) for o, r in zip(outs, rows) if r["answer"] != NOT_FOUND]
     part = lambda found: [k for k, r in zip(ok, rows) if (r["answer"] != NOT_FOUND) == found]
     mean = lambda xs: sum(xs) / len(xs) if xs else None
-    return {"n": len(rows), "accuracy": mean(ok), "found_accuracy": mean(part(True)), "not_found_accuracy": mean(part(False))}
+    return {"n": len(rows), "accuracy": mean(ok), "found_accuracy": mean(part(True)), "not_found_accuracy": mean(part(False)),
+            "sentence_accuracy": mean(quoted)}

@@ -85,6 +85,7 @@ class SFTStageConfig:
     "Sizes and settings of the SFT stage (named so as not to clash with TRL's `SFTConfig`)."
     unkeyed_fields = ("save_steps", "logging_steps", "token_metrics", "threads", "lanes", "base_threads", "n_eval", "max_turns",
                       "max_new_tokens", "eval_dtype")     # speed, logging, evaluation: a trained student's key leaves them out
+    added_fields = {"base_reading_steps": 0}       # at this value a field added later builds what was built before it: keys unchanged
     profile: str = "smoke"
     size: str = "tiny"              # a coa_lib.llm.QWEN2_SIZES name, for a student built from scratch
     max_len: int = 1024             # tokens per row (prompt + trajectory), cut from the start
@@ -112,6 +113,7 @@ class SFTStageConfig:
     base_lr: float = 1e-3
     base_worlds: int = 300          # training worlds whose pages the base quotes from
     base_reading: float = 0.0       # share of the base's rows that are reading rows (coa_lib.reading); 0: the quote base
+    base_reading_steps: int = 0     # > 0: a curriculum: `base_steps` on quote rows, then these steps with the share `base_reading` of reading rows
     base_threads: int | None = None # torch threads of the base pretraining (one model, before the lanes start; None: every core)
     n_eval: int = 8                 # evaluation tasks per kind (test split) for each student
     max_turns: int = 8

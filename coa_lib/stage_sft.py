@@ -46,17 +46,26 @@ def base_rows(train: Dataset, n: int, reading: float, max_worlds: int, seed: int
     random.Random(seed).shuffle(rows)
     return rows
 
-def pretrain_base(run: Run | str | os.PathLike | None, cfg: SFTStageConfig, out_dir=None) -> Path:
+def _base_phase_config(cfg: SFTStageConfig, steps: int) -> SFTStageConfig:
+    "The SFT settings of one base-pretraining phase of `steps` steps (short rows, constant rate after warm-up, every row trained)."
+    return replace(cfg, kind_shares=None, batch_size=cfg.base_batch, lr=cfg.base_lr, max_steps=steps, max_len=512, obs_weight=0.0,
+                   lr_schedule="constant_with_warmup", warmup_steps=min(50, steps // 10), threads=cfg.base_threads or os.cpu_count())
+
+def pretrain_base(run: Run | str | os.PathLike | None, cfg: SFTStageConfig, out_dir=None, quote_dir=None) -> Path:
     "The students' common base (`out_dir`, default `run_dir/sft/base`): a fresh `cfg.size` model pretrained to quote (and read) the training worlds' pages."
     run = as_run(run, cfg.profile)
-    base_cfg = replace(cfg, kind_shares=None, batch_size=cfg.base_batch, lr=cfg.base_lr, max_steps=cfg.base_steps, max_len=512, obs_weight=0.0,
-                       lr_schedule="constant_with_warmup", warmup_steps=min(50, cfg.base_steps // 10), threads=cfg.base_threads or os.cpu_count())
     out_dir = Path(out_dir) if out_dir is not None else run.dir / "sft" / "base"
-    key = stable_hash(["sft_base", run.key("tasks_train"), run.key("student_tokenizer"), config_settings(base_cfg)])
+    if cfg.base_reading_steps:        # the curriculum: the quote base (`quote_dir`, default `<out_dir>_quote`), then reading rows mixed in
+        quote = pretrain_base(run, replace(cfg, base_reading=0.0, base_reading_steps=0), quote_dir or out_dir.with_name(out_dir.name + "_quote"))
+        phase, start, n, seed = _base_phase_config(cfg, cfg.base_reading_steps), str(quote), cfg.base_reading_steps, cfg.seed + 1
+    else: phase, start, n, seed = _base_phase_config(cfg, cfg.base_steps), None, cfg.base_steps, cfg.seed
+    key = stable_hash(["sft_base", run.key("tasks_train"), run.key("student_tokenizer"), config_settings(phase)]
+                      + ([model_fingerprint(start)] if start else []))
     if found_built(out_dir, key): return out_dir                      # before making its rows (40k quote rows at full: seconds)
     tok, train = student_tokenizer(run), build_task_splits(run.dir, run.tasks)["train"]
-    rows = base_rows(train, cfg.base_steps * cfg.base_batch, cfg.base_reading, cfg.base_worlds, cfg.seed)
-    return train_sft(rows, build_tiny_qwen2(tok, cfg.size, seed=cfg.seed), out_dir, base_cfg, tokenizer=tok, key=key)
+    rows = base_rows(train, n * cfg.base_batch, cfg.base_reading, cfg.base_worlds, seed)
+    model = build_tiny_qwen2(tok, cfg.size, seed=cfg.seed) if start is None else start
+    return train_sft(rows, model, out_dir, phase, tokenizer=tok, key=key)
 
 # %% ../nbs/09_sft.ipynb #71f792ba
 def sft_base_record(run: Run, cfg: SFTStageConfig) -> dict:
