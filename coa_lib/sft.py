@@ -121,8 +121,7 @@ class SFTStageConfig:
     base: str | None = None         # a pretrained student: a coa_lib.pretrained.WHEEL_MODELS name or any HF model path (None: from scratch)
     tuning: Tuning = Tuning.FULL    # which weights train (coa_lib.tuning): full, top_layers or lora
     train_layers: int = 6           # Tuning.TOP_LAYERS: how many of the last decoder layers train
-    lora_r: int = 16                # Tuning.LORA: adapter rank and scale
-    lora_alpha: int = 32
+    lora_r: int = 16; lora_alpha: int = 32   # Tuning.LORA: adapter rank and scale
     max_minutes: float | None = None  # a wall-clock cap on each training run (the token budget stays the upper bound)
     eval_dtype: str | None = None   # the students' dtype in evaluation ("bfloat16" halves a big model's time); None: as saved
 
