@@ -157,10 +157,13 @@ def run_rung(a) -> dict:
             from transformers import AutoModelForCausalLM
             from coa_lib.stage_sft import pretrain_base
             if a.base_steps:          # the stage's base model at this size (quote and reading rows), built once per size, steps and mix
-                quote = rd / "ladder" / f"base_quote_{a.size}_{a.base_steps}"
+                base_seed = a.seed if a.base_seed is None else a.base_seed
+                seeded = f"_seed{base_seed}" if base_seed else ""          # seed 0: the names every earlier rung used
+                quote = rd / "ladder" / f"base_quote_{a.size}_{a.base_steps}{seeded}"
                 name = (f"{quote.name}_reading{a.base_reading:g}x{a.base_reading_steps}" if a.base_reading_steps else
-                        f"base_reading{a.base_reading:g}_{a.size}_{a.base_steps}" if a.base_reading else quote.name)
-                a.base = str(pretrain_base(rd, replace(cfg, base_steps=a.base_steps, base_reading_steps=a.base_reading_steps, base_threads=a.threads),
+                        f"base_reading{a.base_reading:g}_{a.size}_{a.base_steps}{seeded}" if a.base_reading else quote.name)
+                a.base = str(pretrain_base(rd, replace(cfg, base_steps=a.base_steps, base_reading_steps=a.base_reading_steps, base_threads=a.threads,
+                                                       seed=base_seed),
                                            rd / "ladder" / name, quote_dir=quote))
                 res["base"] = a.base
             base = AutoModelForCausalLM.from_pretrained(a.base)
@@ -300,6 +303,7 @@ def main():
     ap.add_argument("--min-dev", type=int, default=50, help="dev tasks per evaluation point, at least")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--base-seed", type=int, default=None, help="the base model's seed (default: --seed): another SFT seed from the same base")
     ap.add_argument("--base", default=None, help="start from this saved model (e.g. a pretrained one) instead of a fresh --size model")
     ap.add_argument("--base-steps", type=int, default=0, help="start from the stage's base model (coa_lib.stage_sft.pretrain_base) with these quote steps")
     ap.add_argument("--continues", default=None, help="go on training this rung's final model (its tokens seen carry over)")
