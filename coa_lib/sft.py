@@ -89,8 +89,7 @@ class SFTStageConfig:
     profile: str = "smoke"
     size: str = "tiny"              # a coa_lib.llm.QWEN2_SIZES name, for a student built from scratch
     max_len: int = 1024             # tokens per row (prompt + trajectory), cut from the start
-    batch_size: int = 8
-    grad_accum: int = 1
+    batch_size: int = 8; grad_accum: int = 1
     lr: float | None = None         # None: `default_lr` of the base kind and tuning (from scratch 1e-3)
     weight_decay: float = 0.01
     warmup_steps: int = 20
@@ -109,8 +108,7 @@ class SFTStageConfig:
     lanes: int = 1                  # students trained / evaluated at once, each in its own process (CPU: 1 thread per lane)
     seed: int = 0
     base_steps: int = 0             # quote-pretraining steps of the students' common base (0: students start from random weights)
-    base_batch: int = 16
-    base_lr: float = 1e-3
+    base_batch: int = 16; base_lr: float = 1e-3   # the base pretraining's batch and learning rate
     base_worlds: int = 300          # training worlds whose pages the base quotes from
     base_reading: float = 0.0       # share of the base's rows that are reading rows (coa_lib.reading); 0: the quote base
     base_reading_steps: int = 0     # > 0: a curriculum: `base_steps` on quote rows, then these steps with the share `base_reading` of reading rows
@@ -128,6 +126,8 @@ class SFTStageConfig:
     def __post_init__(self):
         self.tuning = Tuning(self.tuning)   # a name from JSON or a lane's dict becomes the enum; a bad one fails here
         if self.kind_shares is not None: check_kind_shares(self.kind_shares)
+        if self.base_reading_steps and not 0 < self.base_reading <= 1:
+            raise ValueError(f"base_reading_steps={self.base_reading_steps} needs a share of reading rows in (0, 1], got base_reading={self.base_reading}")
 
     @classmethod
     def for_profile(cls, profile: str) -> SFTStageConfig:

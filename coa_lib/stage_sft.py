@@ -55,11 +55,9 @@ def pretrain_base(run: Run | str | os.PathLike | None, cfg: SFTStageConfig, out_
     "The students' common base (`out_dir`, default `run_dir/sft/base`): a fresh `cfg.size` model pretrained to quote (and read) the training worlds' pages."
     run = as_run(run, cfg.profile)
     out_dir = Path(out_dir) if out_dir is not None else run.dir / "sft" / "base"
-    if cfg.base_reading_steps and not 0 < cfg.base_reading <= 1:
-        raise ValueError(f"base_reading_steps={cfg.base_reading_steps} needs a share of reading rows in (0, 1], got base_reading={cfg.base_reading}")
     if cfg.base_reading_steps:        # the curriculum: the quote base (`quote_dir`, default `<out_dir>_quote`), then reading rows mixed in
         quote = pretrain_base(run, replace(cfg, base_reading=0.0, base_reading_steps=0), quote_dir or out_dir.with_name(out_dir.name + "_quote"))
-        phase, start, n, seed = _base_phase_config(cfg, cfg.base_reading_steps), str(quote), cfg.base_reading_steps, cfg.seed + 1
+        phase, start, n, seed = _base_phase_config(cfg, cfg.base_reading_steps), str(quote), cfg.base_reading_steps, cfg.seed + 1   # other quote rows
     else: phase, start, n, seed = _base_phase_config(cfg, cfg.base_steps), None, cfg.base_steps, cfg.seed
     key = stable_hash(["sft_base", run.key("tasks_train"), run.key("student_tokenizer"), config_settings(phase)]
                       + ([model_fingerprint(start)] if start else []))
