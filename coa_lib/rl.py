@@ -28,22 +28,20 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['CURVES', 'RLConfig', 'episode_reward', 'qa_judge_reward', 'overlong_penalty', 'trl_sample', 'informative',
            'fill_groups', 'CoARollout', 'batch_stats', 'outcome_reward', 'grpo_args', 'dev_callback', 'time_split',
-           'logprob_agreement', 'rl_trainer_class', 'build_rl_trainer', 'rl_key', 'train_rl', 'rl_curves',
-           'plot_rl_curves', 'pass_rates', 'select_tasks']
+           'length_groups', 'logprob_agreement', 'rl_trainer_class', 'build_rl_trainer', 'rl_key', 'train_rl',
+           'rl_curves', 'plot_rl_curves', 'pass_rates', 'select_tasks']
 
 # %% ../nbs/10a_rl.ipynb #b296f082
 @dataclass
 class RLConfig:
     "Sizes and settings of the agentic RL stage: DAPO over multi-turn tool rollouts of the SFT student."
-    unkeyed_fields = ("save_every", "threads", "test_samples")   # checkpoints, threads, the test evaluation: not what it trains
+    unkeyed_fields = ("save_every", "threads", "test_samples", "update_rows")   # checkpoints, threads, the test evaluation, how an update is cut: not what it trains
     profile: str = "smoke"
     group_size: int = 8             # G: episodes per task, the group their advantages are normalised in
     groups_per_batch: int = 8       # tasks per rollout batch
     minibatches: int = 2            # optimizer updates per rollout batch (the later ones are off-policy, so clipping acts)
     rollout_batches: int = 20       # rollout batches; optimizer steps = rollout_batches * minibatches
-    lr: float = 1e-4
-    warmup_steps: int = 0
-    max_grad_norm: float = 1.0
+    lr: float = 1e-4; warmup_steps: int = 0; max_grad_norm: float = 1.0
     epsilon: float = 0.2            # DAPO: clip low
     epsilon_high: float = 0.28      # DAPO: clip high ("clip-higher")
     beta: float = 0.0               # DAPO: no KL term
@@ -54,6 +52,7 @@ class RLConfig:
     sampler_logprobs: bool = True   # old log-probs of off-policy minibatches from the sampler, not a second forward pass ...
     logprob_check_every: int = 5    # ... checked against TRL's recompute every this many rollout batches (the first included) ...
     logprob_tol: float = 1e-3       # ... and recomputed for the rest of the run once they differ by more than this on a trained token
+    update_rows: int = 8            # an update's forward/backward in pieces of this many episodes of similar length, each unpadded (0: one piece)
     max_turns: int = 8
     max_new_tokens: int = TURN_TOKENS
     max_total_tokens: int = 2048
@@ -91,6 +90,7 @@ class RLConfig:
     def __post_init__(self):
         if not 0 <= self.overlong_share < 1: raise ValueError(f"overlong_share must be in [0, 1): {self.overlong_share}")
         if self.logprob_check_every < 1: raise ValueError(f"logprob_check_every must be >= 1: {self.logprob_check_every}")
+        if self.update_rows < 0: raise ValueError(f"update_rows must be >= 0 (0: one piece): {self.update_rows}")
 
 # %% ../nbs/10a_rl.ipynb #8d00696c
 def episode_reward(ep: Episode) -> float:
@@ -326,6 +326,32 @@ def time_split(ro: CoARollout, dev, wall_s: float, since: tuple[int, int, int] =
             "old_logprobs": {src: sum(r["source"] == src for r in ro.logprob_log) for src in ("sampler", "recomputed", "on-policy")},   # every batch,
             "logprob_max_abs_diff": max((r["max_abs_diff"] for r in checks), default=None)}
 
+# %% ../nbs/10a_rl.ipynb #3916af8e
+_LEFT_PADDED = ("prompt_ids", "prompt_mask")        # TRL pads prompts on the left, completions (and their per-token tensors) on the right
+
+def length_groups(batch: dict, rows: int) -> list[dict]:
+    "`batch` (a TRL minibatch) sorted by episode length and cut into pieces of at most `rows` episodes (0: one piece), each without padding it does not need."
+    pm, cm = batch["prompt_mask"], batch["completion_mask"]
+    n, tp, tc = cm.shape[0], pm.shape[1], cm.shape[1]
+    pos = torch.arange(1, tc + 1)
+    prompt_len = tp - torch.where(pm.bool(), torch.arange(tp), tp).min(1).values      # from the first real prompt token
+    completion_len = (cm.bool() * pos).max(1).values                                    # to the last real completion token
+    pieces = []
+    for idx in torch.argsort(prompt_len + completion_len, stable=True).split(rows or n):
+        keep_p, keep_c = int(prompt_len[idx].max()), max(1, int(completion_len[idx].max()))
+        piece = {}
+        for k, v in batch.items():
+            if not isinstance(v, torch.Tensor) or v.dim() == 0: piece[k] = v; continue
+            if v.shape[0] != n: raise ValueError(f"length_groups: {k!r} has {v.shape[0]} rows, the batch {n}")
+            v = v[idx]
+            if k in _LEFT_PADDED: v = v[:, tp - keep_p:]
+            elif v.dim() > 1 and v.shape[1] == tc: v = v[:, :keep_c]
+            elif v.dim() > 1 and v.shape[1] != 1:
+                raise ValueError(f"length_groups: {k!r} of shape {tuple(v.shape)} is neither per episode nor per completion token")
+            piece[k] = v
+        pieces.append(piece)
+    return pieces
+
 # %% ../nbs/10a_rl.ipynb #a7b28b98
 @contextmanager
 def _old_logprobs_skipped(args):
@@ -344,7 +370,7 @@ def logprob_agreement(batch: dict) -> dict:
     return {"max_abs_diff": d.max().item(), "mean_abs_diff": d.mean().item(), "tokens": int(d.numel())}
 
 def rl_trainer_class():
-    "TRL's `GRPOTrainer`, taking old log-probs from the sampler (`RLConfig.sampler_logprobs`), checked against TRL's recompute every few batches."
+    "TRL's `GRPOTrainer`: old log-probs from the sampler (`RLConfig.sampler_logprobs`), checked against TRL's recompute every few batches; updates in unpadded pieces."
     from trl import GRPOTrainer
     class SamplerLogprobsTrainer(GRPOTrainer):
         def _generate_and_score_completions(self, inputs):
@@ -368,6 +394,12 @@ def rl_trainer_class():
             else: row["source"] = "on-policy"              # one minibatch per rollout batch: TRL needs no old log-probs
             log.append(row)
             return out
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            "TRL's loss summed over `length_groups` pieces of `update_rows` episodes (DAPO's adds over pieces; another loss: one unpadded piece)."
+            if return_outputs: raise ValueError("The GRPOTrainer does not support returning outputs")
+            rows = self.rollout_func.cfg.update_rows if self.loss_type == "dapo" else 0
+            return sum(self._compute_loss(model, piece) for piece in length_groups(inputs, rows))
     return SamplerLogprobsTrainer
 
 # %% ../nbs/10a_rl.ipynb #63554634

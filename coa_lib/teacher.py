@@ -290,7 +290,7 @@ def code_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeK
     if kind == "game24":
         hand = [int(x) for x in task["_meta"].get("hand", [])]
         if slip and hand: hand[rng.randrange(len(hand))] += 1
-        hand_text = ", ".join(map(str, hand[:-1])) + f" and {hand[-1]}"     # as the question writes it: the student copies one span
+        hand_text = "the numbers " + ", ".join(map(str, hand[:-1])) + f" and {hand[-1]}"   # the question's own words (see below)
         return f"<think>I will try every order and operator with exact fractions.</think>\n<code>{GAME24_PROGRAM.format(hand=hand_text)}</code>"
     if kind == "code":
         src, test = task["_meta"].get("reference", ""), _example_test(task)
