@@ -52,7 +52,7 @@ class RLConfig:
     sampler_logprobs: bool = True   # old log-probs of off-policy minibatches from the sampler, not a second forward pass ...
     logprob_check_every: int = 5    # ... checked against TRL's recompute every this many rollout batches (the first included) ...
     logprob_tol: float = 1e-3       # ... and recomputed for the rest of the run once they differ by more than this on a trained token
-    update_rows: int = 8            # an update's forward/backward in pieces of this many episodes of similar length, each unpadded (0: one piece)
+    update_rows: int = 4            # an update's forward/backward in pieces of this many episodes of similar length, each unpadded (0: one piece)
     max_turns: int = 8
     max_new_tokens: int = TURN_TOKENS
     max_total_tokens: int = 2048
