@@ -76,7 +76,7 @@ class RLConfig:
             return cls(profile=profile, group_size=4, groups_per_batch=2, minibatches=2, rollout_batches=2, max_turns=3,
                        max_new_tokens=48, max_total_tokens=768, select_per_kind=1, select_k=4, select_min_passes=0,
                        dev_every=1, n_dev=1, save_every=1, max_refill_rounds=1, test_samples=2)
-        return cls(profile=profile, rollout_batches=20, lr=1e-4, select_per_kind=20, n_dev=10, dev_every=4, save_every=4)
+        return cls(profile=profile, rollout_batches=40, lr=1e-4, select_per_kind=20, n_dev=10, dev_every=4, save_every=4)
 
     @property
     def optimizer_steps(self) -> int: return self.rollout_batches * self.minibatches
