@@ -331,11 +331,9 @@ _LEFT_PADDED = ("prompt_ids", "prompt_mask")        # TRL pads prompts on the le
 
 def length_groups(batch: dict, rows: int) -> list[dict]:
     "`batch` (a TRL minibatch) sorted by episode length and cut into pieces of at most `rows` episodes (0: one piece), each without padding it does not need."
-    pm, cm = batch["prompt_mask"], batch["completion_mask"]
-    n, tp, tc = cm.shape[0], pm.shape[1], cm.shape[1]
-    pos = torch.arange(1, tc + 1)
+    pm, cm = batch["prompt_mask"], batch["completion_mask"]; n, tp, tc = cm.shape[0], pm.shape[1], cm.shape[1]
     prompt_len = tp - torch.where(pm.bool(), torch.arange(tp), tp).min(1).values      # from the first real prompt token
-    completion_len = (cm.bool() * pos).max(1).values                                    # to the last real completion token
+    completion_len = (cm.bool() * torch.arange(1, tc + 1)).max(1).values               # to the last real completion token
     pieces = []
     for idx in torch.argsort(prompt_len + completion_len, stable=True).split(rows or n):
         keep_p, keep_c = int(prompt_len[idx].max()), max(1, int(completion_len[idx].max()))
@@ -399,7 +397,7 @@ def rl_trainer_class():
             "TRL's loss summed over `length_groups` pieces of `update_rows` episodes (DAPO's adds over pieces; another loss: one unpadded piece)."
             if return_outputs: raise ValueError("The GRPOTrainer does not support returning outputs")
             rows = self.rollout_func.cfg.update_rows if self.loss_type == "dapo" else 0
-            return sum(self._compute_loss(model, piece) for piece in length_groups(inputs, rows))
+            return sum(self._compute_loss(model, p) for p in length_groups(inputs, rows))
     return SamplerLogprobsTrainer
 
 # %% ../nbs/10a_rl.ipynb #63554634

@@ -52,13 +52,27 @@ def _loss_and_grads(trainer, b):
     hook = trainer.model.model.norm.register_forward_hook(keep)
     try:
         trainer.model.zero_grad()
-        loss = trainer.compute_loss(trainer.model, b)
+        loss = trainer._compute_loss(trainer.model, b)     # TRL's loss of the whole padded minibatch (training sums pieces of it: see below)
         loss.backward()
     finally:
         hook.remove()
     grads = [p.grad.detach().clone() for p in trainer.model.parameters() if p.grad is not None]
     width, n = b["prompt_ids"].shape[1], b["completion_ids"].shape[1]
     return loss.detach(), grads, kept["h"].grad[:, width - 1:width - 1 + n]      # row j: the state that predicts token j
+
+
+def test_update_in_pieces_has_the_minibatch_loss_and_gradients(batch):
+    "Training's `compute_loss` (pieces of `update_rows` episodes of similar length, unpadded) equals TRL's loss of the padded minibatch."
+    trainer, ro, b = batch
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
+    out = {}
+    for name, fn in (("whole", trainer._compute_loss), ("pieces", trainer.compute_loss)):
+        trainer.model.zero_grad()
+        loss = fn(trainer.model, b); loss.backward()
+        out[name] = (loss.item(), [p.grad.clone() for p in trainer.model.parameters() if p.grad is not None])
+    assert ro.cfg.update_rows == 4 and b["completion_ids"].shape[0] == 8               # two pieces
+    assert abs(out["whole"][0] - out["pieces"][0]) < 1e-5
+    assert all(torch.allclose(x, y, atol=1e-6, rtol=1e-4) for x, y in zip(out["whole"][1], out["pieces"][1]))
 
 
 def test_completion_ids_and_env_mask_have_equal_lengths_and_are_the_generated_ids(batch):
