@@ -109,7 +109,9 @@ def rl_report(run_dir) -> str:
             "| SFT | " + " | ".join(map(str, hist(res["rates_before"]))) + " |",
             "| SFT + RL | " + " | ".join(map(str, hist(res["rates_after"]))) + " |"]
     tr, curves = res["training"], res["curves"]
-    out += ["", f"#### Training curves ({tr['global_step']} optimizer steps in {tr['wall_s'] / 60:.1f} min; first → last)", "",
+    split = ", ".join(f"{n} {tr[k] / 60:.1f}" for k, n in (("rollout_s", "rollouts"), ("prepare_s", "old log-probs"), ("dev_s", "dev curve"),
+                                                          ("update_s", "updates")) if k in tr)   # records before the split have none
+    out += ["", f"#### Training curves ({tr['global_step']} optimizer steps in {tr['wall_s'] / 60:.1f} min{': ' + split if split else ''}; first → last)", "",
             "| curve | first | last |", "|---|---:|---:|"]
     for name, pts in curves.items():
         if pts: out.append(f"| {name} | {pts[0][1]:.3f} | {pts[-1][1]:.3f} |")
