@@ -332,8 +332,8 @@ _LEFT_PADDED = ("prompt_ids", "prompt_mask")        # TRL pads prompts on the le
 def length_groups(batch: dict, rows: int) -> list[dict]:
     "`batch` (a TRL minibatch) sorted by episode length and cut into pieces of at most `rows` episodes (0: one piece), each without padding it does not need."
     pm, cm = batch["prompt_mask"], batch["completion_mask"]; n, tp, tc = cm.shape[0], pm.shape[1], cm.shape[1]
-    prompt_len = tp - torch.where(pm.bool(), torch.arange(tp), tp).min(1).values      # from the first real prompt token
-    completion_len = (cm.bool() * torch.arange(1, tc + 1)).max(1).values               # to the last real completion token
+    prompt_len = tp - torch.where(pm.bool(), torch.arange(tp, device=pm.device), tp).min(1).values      # from the first real prompt token
+    completion_len = (cm.bool() * torch.arange(1, tc + 1, device=cm.device)).max(1).values               # to the last real completion token
     pieces = []
     for idx in torch.argsort(prompt_len + completion_len, stable=True).split(rows or n):
         keep_p, keep_c = int(prompt_len[idx].max()), max(1, int(completion_len[idx].max()))
