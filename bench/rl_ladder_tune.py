@@ -2,7 +2,7 @@
 
 The student is the final model of ladder rung `--label` in `--run-dir` (its greedy record on the 300 dev tasks, kept
 in `bench/results/ladder/<label>.json`, is the SFT side of every pairing). AFM's data selection is made once from it
-(pass rates on `select_per_kind` training tasks per kind), then each variant (the full profile's `RLConfig` with some
+(`stage_rl.afm_selection`: pass rates on `select_per_kind` training tasks per kind), then each variant (the full profile's `RLConfig` with some
 fields changed) is trained with `train_rl` (resumable) and evaluated greedy on the same 50 dev tasks per kind.
 
     python bench/rl_ladder_tune.py --run-dir runs/ladder --label mix_nano_quote_5M '{"b20": {"rollout_batches": 20}, "b40": {"rollout_batches": 40}}'
@@ -20,10 +20,8 @@ def main() -> None:
     import torch
     from coa_lib.core import atomic_write_json, read_json
     from coa_lib.evaluate import eval_tasks, paired_difference
-    from coa_lib.format import COA
-    from coa_lib.llm import load_policy
-    from coa_lib.prompts import agent_prompt
-    from coa_lib.rl import RLConfig, pass_rates, select_tasks, train_rl
+    from coa_lib.rl import RLConfig, train_rl
+    from coa_lib.stage_rl import afm_selection
     from coa_lib.sft import SFTStageConfig
     from coa_lib.stage_sft import evaluate_student, student_named
     from coa_lib.stage_tasks import build_task_splits
@@ -41,15 +39,9 @@ def main() -> None:
     base_cfg = dataclasses.replace(RLConfig.for_profile("full"), threads=a.threads)
     work = rd / "rl_ladder" / a.label
     sel_path = work / "selection.json"
-    if not sel_path.exists():                     # the selection rule of `stage_rl.rl_selection`, from the ladder student
-        pool = eval_tasks(splits["train"].shuffle(seed=base_cfg.seed), base_cfg.select_per_kind)
+    if not sel_path.exists():                     # the RL stage's selection rule, from the ladder student
         t0 = time.time()
-        rates = pass_rates(load_policy(student), pool, base_cfg.select_k, base_cfg, COA, seed=base_cfg.seed)
-        tok, seen, selected = load_policy(student).tokenizer, set(), []
-        for t in select_tasks(pool, rates, base_cfg.max_pass_rate, base_cfg.select_min_passes):
-            p = agent_prompt(t, COA, tok)
-            if p not in seen: seen.add(p); selected.append(t["id"])
-        atomic_write_json(sel_path, {"pool": [t["id"] for t in pool], "rates": rates, "selected": selected, "select_s": time.time() - t0})
+        atomic_write_json(sel_path, {**afm_selection(student, splits["train"], base_cfg), "select_s": time.time() - t0})
     sel = read_json(sel_path)
     rows = {t["id"]: t for t in splits["train"]}
     tasks, dev = [rows[i] for i in sel["selected"]], eval_tasks(splits["dev"], 50)

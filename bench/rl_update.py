@@ -22,7 +22,7 @@ def main() -> None:
     from coa_lib.core import atomic_write_json, model_fingerprint, read_json
     from coa_lib.evaluate import eval_tasks
     from coa_lib.llm import load_policy
-    from coa_lib.rl import RLConfig, _quiet_trl, build_rl_trainer, length_groups
+    from coa_lib.rl import RLConfig, _quiet_trl, build_rl_trainer
     from coa_lib.stage_tasks import build_task_splits
     from coa_lib.tasks import TaskConfig
     ap = argparse.ArgumentParser()

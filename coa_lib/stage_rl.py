@@ -9,6 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
+from datasets import Dataset
+
 from .core import (TASK_KINDS, accuracy_text, atomic_write_json, atomic_write_text, built_record, done_marker, found_built, launched_processes,
                           mark_built, model_fingerprint, pct, read_json, stable_hash)
 from .evaluate import eval_tasks, paired_records
@@ -22,7 +24,7 @@ from .stage_sft import eval_records, evaluate_students, sft_student, student_nam
 from .tokenizer import load_tokenizer
 
 # %% auto #0
-__all__ = ['RL_EVAL_NAMES', 'rl_selection', 'train_rl_student', 'rl_report', 'plot_pass_rates', 'run_rl_stage']
+__all__ = ['RL_EVAL_NAMES', 'afm_selection', 'rl_selection', 'train_rl_student', 'rl_report', 'plot_pass_rates', 'run_rl_stage']
 
 # %% ../nbs/10_agentic_rl.ipynb #c960d0f0
 RL_EVAL_NAMES = {"coa_sft": "rl_eval/sft_test", "coa_rl": "rl_eval/rl_test"}   # `10_agentic_rl`: the CoA student before and after RL
@@ -34,6 +36,16 @@ def _selection_key(cfg: RLConfig) -> dict:
     return {k: getattr(cfg, k) for k in ("profile", "select_per_kind", "select_k", "select_min_passes", "max_pass_rate", "temperature",
                                           "max_turns", "max_new_tokens", "max_total_tokens", "seed")}
 
+def afm_selection(student, train: Dataset, cfg: RLConfig) -> dict:
+    "AFM's rule from `student` (a model dir): pass rates on `select_per_kind` shuffled training tasks per kind, the tasks kept (one per prompt)."
+    pool = eval_tasks(train.shuffle(seed=cfg.seed), cfg.select_per_kind)
+    rates = pass_rates(load_policy(student), pool, cfg.select_k, cfg, COA, seed=cfg.seed)
+    tok, seen, selected = load_tokenizer(student), set(), []
+    for t in select_tasks(pool, rates, cfg.max_pass_rate, cfg.select_min_passes):
+        p = agent_prompt(t, COA, tok)
+        if p not in seen: seen.add(p); selected.append(t["id"])         # TRL identifies a task by its prompt
+    return {"pool": [t["id"] for t in pool], "rates": rates, "selected": selected}
+
 def rl_selection(run: Run | str | os.PathLike | None, cfg: RLConfig) -> dict:
     "AFM's data selection, cached in `run_dir/rl/selection.json`: the SFT student's pass rates on training tasks and the tasks kept."
     run = as_run(run, cfg.profile)
@@ -43,14 +55,7 @@ def rl_selection(run: Run | str | os.PathLike | None, cfg: RLConfig) -> dict:
     if found_built(path, key): return read_json(path)
     if launched_processes() > 1: raise RuntimeError(f"{path}: missing, and this is one of {launched_processes()} processes; "
                                                     "run `python -m coa_lib.stages select-rl` in one process first")
-    train = build_task_splits(run.dir, run.tasks)["train"].shuffle(seed=cfg.seed)
-    pool = eval_tasks(train, cfg.select_per_kind)
-    rates = pass_rates(load_policy(sft_dir), pool, cfg.select_k, cfg, COA, seed=cfg.seed)
-    tok, seen, selected = load_tokenizer(sft_dir), set(), []
-    for t in select_tasks(pool, rates, cfg.max_pass_rate, cfg.select_min_passes):
-        p = agent_prompt(t, COA, tok)
-        if p not in seen: seen.add(p); selected.append(t["id"])         # TRL identifies a task by its prompt
-    out = {"key": settings, "pool": [t["id"] for t in pool], "rates": rates, "selected": selected}   # "key": the settings, for the CLI
+    out = {"key": settings, **afm_selection(sft_dir, build_task_splits(run.dir, run.tasks)["train"], cfg)}   # "key": the settings, for the CLI
     atomic_write_json(path, out); mark_built(path, key=key)
     return out
 
