@@ -1,9 +1,17 @@
-"""Two finished ladder rungs, greedy on the same dev tasks, compared task by task (dev only).
+"""Finished ladder rungs, greedy on the same dev tasks, compared task by task (dev only).
 
-The rung JSONs keep aggregates only; this evaluates both final models again, keeps every episode's record, and writes the
-paired difference (mean per-task difference, its 95% interval, wins/losses and the exact sign test) overall and by kind:
+Two ways. By default this evaluates both final models again, keeps every episode's record, and writes the paired difference
+(mean per-task difference, its 95% interval, wins/losses and the exact sign test) overall and by kind:
 
     python bench/paired_rungs.py --a runs/ladder2:mix_tiny_relplan_5M --b runs/ladder3:mix_tiny_subq_5M --out subq_paired
+
+With --stored, it reads the per-task rewards the rung JSONs keep (`final.greedy.reward_by_task`, rungs evaluated since
+they were recorded) and evaluates nothing. Several rungs per side are seeds of one recipe: each task's reward is averaged
+over a side's rungs before pairing (what differs between the recipes, with the seed noise averaged), and the i-th rungs
+of both sides are also paired on their own:
+
+    python bench/paired_rungs.py --stored --a mix_nano_cue_5M mix_nano_cue_5M_s1 mix_nano_cue_5M_s2 \
+        --b mix_nano_quote_5M mix_nano_quote_5M_s1 mix_nano_quote_5M_s2 --out cue_paired
 
 Writes bench/results/<out>.json. The test split is never touched.
 """
@@ -32,16 +40,68 @@ def rung_records(spec: str, n_dev: int):
     return metrics, records
 
 
+def stored_rewards(labels: list[str], key: str = "greedy") -> dict[str, float]:
+    "Each task's stored reward averaged over the rungs `labels` (bench/results/ladder/<label>.json), on the tasks all of them cover."
+    tables = []
+    for label in labels:
+        path = OUT / "ladder" / f"{label}.json"
+        if not path.exists(): raise SystemExit(f"no rung {label!r}: {path} is missing")
+        final = (json.loads(path.read_text()).get("final") or {}).get(key) or {}
+        if "reward_by_task" not in final: raise SystemExit(f"{path} keeps no per-task rewards for {key!r} (evaluated before they were recorded)")
+        tables.append(final["reward_by_task"])
+    shared = set.intersection(*(set(t) for t in tables))
+    if not shared: raise SystemExit(f"the rungs {labels} share no task")
+    return {t: sum(tab[t] for tab in tables) / len(tables) for t in sorted(shared)}
+
+
+def task_kind(task_id: str) -> str: return task_id.partition("-")[0]   # every task id starts with its kind (coa_lib.tasks, problems)
+
+
+def paired_by_kind(a: dict[str, float], b: dict[str, float]) -> dict:
+    "`paired_difference` of a − b on the tasks both cover, overall and by kind."
+    from coa_lib.evaluate import paired_difference
+    shared = sorted(set(a) & set(b))
+    if not shared: raise SystemExit("the two sides share no task")
+    pair = lambda ids: paired_difference([a[t] for t in ids], [b[t] for t in ids])
+    return {"all": pair(shared), "by_kind": {k: pair([t for t in shared if task_kind(t) == k]) for k in sorted({task_kind(t) for t in shared})}}
+
+
+def stored_comparison(a_labels: list[str], b_labels: list[str], key: str = "greedy") -> dict:
+    "Sides `a` and `b` (rungs of one recipe each, seeds) paired from their stored rewards: pooled over seeds, and rung by rung."
+    pooled = paired_by_kind(stored_rewards(a_labels, key), stored_rewards(b_labels, key))
+    pairs = [{"a": x, "b": y, **paired_by_kind(stored_rewards([x], key), stored_rewards([y], key))} for x, y in zip(a_labels, b_labels)]
+    return {"a": a_labels, "b": b_labels, "key": key, "pooled": pooled, "pairs": pairs}
+
+
+def show(name: str, p: dict) -> None:
+    print(f"{name:<28} a {p['mean_a']:.3f}  b {p['mean_b']:.3f}  a-b {p['diff']:+.3f} [{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}]"
+          f"  wins {p['wins']} losses {p['losses']}  p {p['sign_test_p']:.2g}")
+
+
+def main_stored(a) -> None:
+    from coa_lib.core import atomic_write_json
+    res = stored_comparison(a.a, a.b, a.key)
+    atomic_write_json(OUT / f"{a.out}.json", res)
+    show(f"pooled over {len(a.a)} / {len(a.b)}", res["pooled"]["all"])
+    for k, v in res["pooled"]["by_kind"].items(): show(f"  {k}", v)
+    for p in res["pairs"]: show(f"{p['a']} - {p['b']}", p["all"])
+
+
 def main():
     from coa_lib.core import atomic_write_json
     from coa_lib.evaluate import paired_records
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--a", required=True, help="RUN_DIR:RUNG, the first system (the difference is a - b)")
-    ap.add_argument("--b", required=True, help="RUN_DIR:RUNG, the second system")
+    ap.add_argument("--a", required=True, nargs="+", help="RUN_DIR:RUNG, the first system (the difference is a - b); with --stored: rung labels")
+    ap.add_argument("--b", required=True, nargs="+", help="RUN_DIR:RUNG, the second system; with --stored: rung labels")
+    ap.add_argument("--stored", action="store_true", help="pair the rungs' stored per-task rewards (seeds pooled); evaluates nothing")
+    ap.add_argument("--key", default="greedy", help="with --stored: the final evaluation to pair (greedy or avg@k)")
     ap.add_argument("--n-dev", type=int, default=50, help="dev tasks per kind")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", required=True, help="name of the JSON under bench/results/")
     a = ap.parse_args()
+    if a.stored: return main_stored(a)
+    if len(a.a) != 1 or len(a.b) != 1: ap.error("re-evaluating compares one rung per side (several only with --stored)")
+    a.a, a.b = a.a[0], a.b[0]
     torch.set_num_threads(a.threads)
     t0 = time.perf_counter()
     (ma, ra), (mb, rb) = rung_records(a.a, a.n_dev), rung_records(a.b, a.n_dev)

@@ -20,7 +20,7 @@ set's own mix, as every rung before `mix_nano_share_5M` trained). `--continues R
     python bench/sft_ladder.py --run-dir runs/ladder --label mh_nano --phase multihop:1500000 --size nano
     python bench/sft_ladder.py --label mh_nano_more --continues mh_nano --phase multihop:1500000 --size nano
     python bench/sft_ladder.py --label mix_smol_top6 --pretrained smollm2-135m --tuning top_layers --phase all:3000000 --minutes 20
-    python bench/sft_ladder.py --plot          # every curve of bench/results/ladder/*.json in one figure
+    python bench/sft_ladder.py --plot          # every curve of bench/results/ladder/*.json in one figure (and ladder.md)
 
 Writes bench/results/ladder/<label>.json (the curve, the settings, speed, precision) after every point, so a stopped
 rung keeps what it measured. The test split is never touched.
@@ -246,39 +246,60 @@ def final_eval(model, tok, cfg, dev: list[dict], a) -> dict:
     return out
 
 
-def plot(paths: list[Path], out: Path) -> None:
-    "Dev accuracy against training minutes on this machine and against tokens seen, and the held-out copy loss; one line per rung."
+RECIPE_RUNGS = ("mix_nano_cue_5M", "mix_nano_cue_5M_s1", "mix_nano_cue_5M_s2")   # the full profile's recipe, drawn bold and named
+FAMILY_COLORS = {"nano": "tab:blue", "tiny": "tab:orange", "small": "tab:red", "smollm2-135m": "tab:green"}
+
+
+def rung_family(r: dict) -> str:
+    "What a rung trains: its pretrained model or its from-scratch size."
+    return r.get("pretrained") or r["size"]
+
+
+def plot(paths: list[Path], out: Path, named: tuple[str, ...] = RECIPE_RUNGS) -> None:
+    "Dev accuracy against training minutes on this machine and against tokens seen, and the held-out copy loss; one line per rung, a colour per family, the recipe's rungs bold and named."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, (tx, ax, bx) = plt.subplots(1, 3, figsize=(18, 5))
-    colors = plt.get_cmap("tab20").colors
-    for i, p in enumerate(paths):
+    from matplotlib.lines import Line2D
+    fig, (tx, ax, bx) = plt.subplots(1, 3, figsize=(18, 5.5))
+    families: dict[str, str] = {}
+    drawn = 0
+    for p in paths:
         r = json.loads(p.read_text())
         if not r["curve"]: continue
-        label = f"{r['label']} ({r.get('pretrained') or r['size']})"
+        drawn += 1
+        fam = rung_family(r)
+        color = families.setdefault(fam, FAMILY_COLORS.get(fam, f"C{len(families) + 4}"))
+        bold = r["label"] in named
+        style = dict(color=color, marker="o", markersize=3 if bold else 2, linewidth=2.2 if bold else 0.8, alpha=1.0 if bold else 0.45,
+                     zorder=3 if bold else 2, linestyle=(0, (4, 1)) if r["label"].startswith("mh_") else "-")
+        label = "the recipe" if bold else None
         xs = [c["tokens_seen"] / 1e6 for c in r["curve"]]
-        line, = ax.plot(xs, [c["dev_accuracy"] for c in r["curve"]], marker="o", markersize=3, label=label, color=colors[i % len(colors)])
+        ax.plot(xs, [c["dev_accuracy"] for c in r["curve"]], label=label, **style)
         timed = [(c["train_minutes"], c["dev_accuracy"]) for c in r["curve"] if c.get("train_minutes") is not None]
-        if timed: tx.plot(*zip(*timed), marker="o", markersize=3, color=line.get_color(), label=label)
-        elif r.get("phases_done"):    # rungs from before minutes were recorded: minutes estimated from the rung's mean speed (dashed)
+        if timed: tx.plot(*zip(*timed), label=label, **style)
+        elif r.get("phases_done"):    # rungs from before minutes were recorded: minutes estimated from the rung's mean speed (dotted)
             speed = sum(ph["tokens_seen"] for ph in r["phases_done"]) / sum(ph["train_wall_s"] for ph in r["phases_done"])
             start = r.get("offset_tokens", 0)
             tx.plot([(c["tokens_seen"] - start) / speed / 60 for c in r["curve"]], [c["dev_accuracy"] for c in r["curve"]],
-                    linestyle="--", marker="o", markersize=2, color=line.get_color(), alpha=0.6)
+                    **{**style, "linestyle": ":", "markersize": 1.5, "alpha": 0.35})
         fin = (r.get("final") or {}).get("greedy")
         if fin and timed: tx.errorbar([timed[-1][0]], [fin["accuracy"]], yerr=[[fin["accuracy"] - fin["accuracy_ci95"][0]], [fin["accuracy_ci95"][1] - fin["accuracy"]]],
-                                      fmt="s", color=line.get_color(), capsize=3)
+                                      fmt="s", color=color, capsize=3, markersize=5 if bold else 3.5, alpha=1.0 if bold else 0.6, zorder=style["zorder"])
         pts = [(x, c["token_losses"]["copied_rest"]) for x, c in zip(xs, r["curve"]) if "copied_rest" in c.get("token_losses", {})]
-        if pts: bx.plot(*zip(*pts), marker="o", markersize=3, color=line.get_color())
-    tx.set(xlabel="training minutes, 2 CPU cores (dashed: estimated for older rungs)", ylabel="dev accuracy",
+        if pts: bx.plot(*zip(*pts), **style)
+    tx.set(xlabel="training minutes, 2 CPU cores (dotted: estimated for older rungs)", ylabel="dev accuracy",
            title="Ladder by wall clock (squares: final eval, 50/kind, 95% CI)", ylim=(-0.02, 1.02))
     ax.set(xlabel="tokens seen (millions; prompt and observations included)", ylabel="dev accuracy",
            title="Learnability ladder (dev split, greedy, real tools)", ylim=(-0.02, 1.02))
     bx.set(xlabel="tokens seen (millions)", ylabel="nats per token", ylim=(0, None),
-           title="Loss on copied tokens of held-out dev trajectories (after a span's first)")
+           title="Loss on copied tokens of held-out dev trajectories\n(after a span's first)")
     for x in (tx, ax, bx): x.grid(alpha=0.3)
-    ax.legend(fontsize=6, ncol=2); tx.legend(fontsize=6)
-    fig.tight_layout(); fig.savefig(out, dpi=110); plt.close(fig)
+    keys = [Line2D([], [], color=c, linewidth=2, label=f) for f, c in families.items()]
+    keys.append(Line2D([], [], color="grey", linestyle=(0, (4, 1)), label="multihop only (mh_*)"))
+    keys.append(Line2D([], [], color="grey", linewidth=2.2, marker="o", markersize=3, label="the full profile's recipe: " + ", ".join(named)))
+    fig.legend(handles=keys, loc="lower center", ncol=len(keys), fontsize=8, frameon=False,
+               title=f"{drawn} rungs, a colour per family (every rung by name and result: ladder.md)", title_fontsize=8)
+    fig.tight_layout(rect=(0, 0.1, 1, 1)); fig.savefig(out, dpi=110); plt.close(fig)
     print(f"wrote {out}")
 
 
