@@ -67,6 +67,13 @@ def phase_shares(kinds: tuple[str, ...], given: dict[str, float], profile: dict[
     return {k: profile[k] / total for k in kinds if profile.get(k)} if total else None
 
 
+def ladder_run(rd: Path, a):
+    "The run whose SFT sets a rung trains on: the profile's, with the teacher's span findings when asked (another data set: keep it in its own run dir)."
+    from coa_lib.mas import TeacherConfig
+    from coa_lib.run import Run
+    return Run(rd, a.profile, teacher=replace(TeacherConfig.for_profile(a.profile), span_findings=a.span_findings))
+
+
 def run_rung(a) -> dict:
     from transformers import TrainerCallback
     from coa_lib.core import atomic_write_json, built_record, resolve_run_dir
@@ -86,7 +93,7 @@ def run_rung(a) -> dict:
 
     torch.set_num_threads(a.threads)
     rd = resolve_run_dir(a.run_dir)
-    rows = build_sft_sets(rd, a.profile, progress=False)["coa_sft"]
+    rows = build_sft_sets(ladder_run(rd, a), a.profile, progress=False)["coa_sft"]
     tok = student_tokenizer(rd, a.profile)
     if a.pretrained:          # a pretrained model: its own tokenizer, the rows' prompts in its chat template
         a.base = resolve_base(a.pretrained)
@@ -104,7 +111,7 @@ def run_rung(a) -> dict:
                   bf16=None if a.bf16 == "auto" else a.bf16 == "on")
     res = {"label": a.label, "size": a.size, "base": a.base, "phases": [{"kinds": list(k), "tokens": t} for k, t in phases],
            "rows_cap": a.rows, "obs_weight": a.obs_weight, "config": asdict(cfg), "n_dev_per_kind": a.n_dev,
-           "learning_rate": cfg.learning_rate, "minutes_cap": a.minutes, "pretrained": a.pretrained,
+           "learning_rate": cfg.learning_rate, "minutes_cap": a.minutes, "pretrained": a.pretrained, "span_findings": a.span_findings,
            "load_avg_before": os.getloadavg()[0], "curve": [], "phases_done": []}
     out_json = OUT / f"{a.label}.json"
     base, offset = None, 0
@@ -343,6 +350,8 @@ def main():
     ap.add_argument("--kind-share", action="append", metavar="KIND=SHARE",
                     help="each kind's share of a phase's tokens (every kind of the phase, summing to 1), instead of the set's own mix")
     ap.add_argument("--own-mix", action="store_true", help="train on the SFT set's own mix of kinds (the rungs before kind shares)")
+    ap.add_argument("--span-findings", action="store_true",
+                    help="SFT rows from the teacher's span findings ('Page, span.', coa_lib.teacher.finding) instead of the page's sentences")
     ap.add_argument("--plot", action="store_true", help="only plot the saved curves")
     ap.add_argument("--reevaluate", metavar="RUNG", default=None,
                     help="evaluate a finished rung's final model again with today's evaluation settings (e.g. a new turn budget); "

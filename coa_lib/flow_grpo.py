@@ -29,7 +29,7 @@ __all__ = ['FLOW_CURVES', 'FlowGRPOConfig', 'group_advantages', 'flow_grpo_loss'
 @dataclass
 class FlowGRPOConfig:
     "Sizes and settings of Flow-GRPO: G whole-system rollouts per query, the outcome broadcast to every planner turn."
-    unkeyed_fields = ("save_every", "budgets", "n_game24_real")   # checkpoints; what is evaluated after training
+    unkeyed_fields = ("save_every", "budgets", "n_game24_real", "test_samples")   # checkpoints; what is evaluated after training
     profile: str = "smoke"
     group_size: int = 8            # G rollouts per query
     queries_per_step: int = 8      # queries per rollout batch
@@ -47,6 +47,7 @@ class FlowGRPOConfig:
     pool_per_kind: int = 200       # training queries per kind
     budgets: tuple[int, ...] = (3, 5, 7, 10)   # turn budgets of the T_max ablation
     n_game24_real: int = 100       # hands of AgentFlow's GameOf24 file evaluated
+    test_samples: int = 4          # k of avg@k on test (flows per task at `temperature`), beside greedy; 0: greedy only
     seed: int = 0
 
     @classmethod
@@ -54,7 +55,7 @@ class FlowGRPOConfig:
         "Smoke: two tiny rollout batches; full: sized to the stage's budget on 2 CPU cores."
         if check_profile(profile) == "smoke":
             return cls(profile=profile, group_size=2, queries_per_step=2, steps=2, max_turns=3, save_every=1, pool_per_kind=2,
-                       budgets=(2, 3), n_game24_real=4)
+                       budgets=(2, 3), n_game24_real=4, test_samples=2)
         return cls(profile=profile)
 
     @property

@@ -393,6 +393,7 @@ class MistakeKnobs:
 class TeacherConfig:
     "Sizes and settings of the teacher stage: who plays the team, its limits, how many tasks in flight."
     unkeyed_fields = ("workers", "shard_size")            # tasks in flight, shard size: how fast, not what, the traces are
+    added_fields = {"span_findings": False}               # at this value a field added later builds what was built before it
     profile: str = "smoke"
     knobs: MistakeKnobs = field(default_factory=MistakeKnobs)
     limits: MASLimits = field(default_factory=MASLimits)
@@ -402,6 +403,7 @@ class TeacherConfig:
     seed: int = 0
     endpoint: str | None = None     # an OpenAI-compatible base URL (vLLM, SGLang, coa_lib.serve) whose model plays the team
     endpoint_model: str = ""        # the model name the endpoint serves; with no endpoint, the scripted teacher plays
+    span_findings: bool = False     # the scripted search agent reports 'Page, span.' (coa_lib.worlds spans), not the page's sentence
 
     @classmethod
     def for_profile(cls, profile: str) -> TeacherConfig:

@@ -66,20 +66,23 @@ def _compact(r) -> dict:
     derived = {"tools": [s["tool"] for s in r.memory], "errors": [is_tool_error(s) for s in r.memory], "outcome": asdict(r.outcome())}
     return {f: derived[f] if f in derived else getattr(r, f) for f in FLOW_RECORD_FIELDS}
 
-def flow_eval(run_dir, name: str, planner, tasks: Sequence[dict], cfg: AgentFlowConfig, max_turns: int | None = None) -> dict:
-    "Metrics (and per-task records) of the system with `planner` (a model dir; None: the teacher planner) on `tasks`; found again under its name and a hash of the planner's training, the tasks and the budgets."
-    path, max_turns = _af_dir(run_dir) / "eval" / f"{name}.json", max_turns or cfg.max_turns
+def flow_eval(run_dir, name: str, planner, tasks: Sequence[dict], cfg: AgentFlowConfig, max_turns: int | None = None,
+              temperature: float = 0.0, samples: int = 1) -> dict:
+    "Metrics (and per-flow records) of the system with `planner` (a model dir; None: the teacher planner) on `tasks`, one greedy flow per task or `samples` flows at the planner's `temperature` (avg@k); found again under its name and a hash of the planner's training, the tasks, the budgets and the sampling."
+    if samples < 1 or (samples > 1 and temperature <= 0):
+        raise ValueError(f"samples={samples} flows per task at temperature {temperature}: one greedy flow, or several sampled ones (temperature > 0)")
+    path, max_turns, limits = _af_dir(run_dir) / "eval" / f"{name}.json", max_turns or cfg.max_turns, cfg.limits(temperature)
     record = training_record(planner) if planner else None
     trained = [record] if record is not None else []
-    key = stable_hash([name, [t["id"] for t in tasks], max_turns, asdict(cfg.limits()), trained, FLOW_RECORD_FIELDS])
+    key = stable_hash([name, [t["id"] for t in tasks], max_turns, asdict(limits), trained, FLOW_RECORD_FIELDS, *([samples] if samples > 1 else [])])
     if not done_marker(path).exists() and path.exists() and read_json(path).get("key") == key: mark_built(path, key=key)   # an earlier version's
     if found_built(path, key): return read_json(path)["metrics"]
     if planner is None: modules = scripted_modules(tasks, tokenizer=student_tokenizer(run_dir, cfg.profile))
     else:
         pl = load_planner(planner)
         modules = scripted_modules(tasks, planner=pl, tokenizer=pl.tokenizer)
-    recs = solve(tasks, modules, max_turns, cfg.limits())
-    metrics = flow_metrics(recs, tasks)
+    recs = solve([t for t in tasks for _ in range(samples)], modules, max_turns, limits, seed=cfg.seed)   # a task's samples: rows of one batch
+    metrics = {**flow_metrics(recs, tasks), "samples": samples, "temperature": temperature}
     atomic_write_json(path, {"name": name, "max_turns": max_turns, "metrics": metrics, "records": [_compact(r) for r in recs]})
     mark_built(path, key=key)
     return metrics

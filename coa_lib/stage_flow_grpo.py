@@ -124,6 +124,12 @@ def flow_grpo_report(run_dir) -> str:
            f"Offline SFT − Flow-GRPO: {d('offline_sft', 'flow_grpo'):+.1f} points (AgentFlow: offline SFT loses 19% on average). "
            f"Flow-GRPO: {tr['steps']} rollout batches, {tr['episodes']} flows, {tr['wall_s'] / 60:.1f} min; offline SFT: "
            f"{res['offline_sft']['rows']} planner turns of {res['offline_sft']['solved']} solved flows out of {res['offline_sft']['flows']}."]
+    avg = res.get("avg_at_k")                                          # runs before avg@k: greedy only
+    if avg:
+        S = avg["metrics"]
+        out += ["", f"Sampled, as AgentFlow averages runs: avg@{avg['k']} at the training temperature {avg['temperature']:g} "
+                f"(mean of categories, {avg['k']} flows per task): " + ", ".join(f"{LABELS[n]} {pct(S[n]['category_mean'])}" for n in S) +
+                f"; Flow-GRPO − warm start {100 * (S['flow_grpo']['category_mean'] - S['warm_start']['category_mean']):+.1f} points."]
     B = res["turn_budget"]
     out += ["", "#### Turn budget T_max (Flow-GRPO planner; accuracy % and turns used)", "",
             "| T_max | all | easy | hard | turns (easy) | turns (hard) |", "|---:|---|---|---|---:|---:|"]
@@ -153,6 +159,8 @@ def flow_grpo_ablations(run_dir, acfg: AgentFlowConfig, gcfg: FlowGRPOConfig) ->
     paths = {"warm_start": planner_warm_start(run, acfg), "flow_grpo": flow_grpo_planner(run, acfg, gcfg),
              "offline_sft": offline_sft_planner(run, acfg, gcfg)}
     planners = {n: flow_eval(run, n, p, test, acfg) for n, p in paths.items()}
+    k = gcfg.test_samples                                              # avg@k at the training temperature, as AgentFlow averages runs
+    sampled = {n: flow_eval(run, f"{n}_avg{k}", p, test, acfg, temperature=gcfg.temperature, samples=k) for n, p in paths.items()} if k else {}
     budgets = {str(t): planners["flow_grpo"] if t == acfg.max_turns else flow_eval(run, f"flow_grpo_T{t}", paths["flow_grpo"], test, acfg, t)
                for t in gcfg.budgets}
     g24 = game24_real(gcfg.n_game24_real)
@@ -163,6 +171,7 @@ def flow_grpo_ablations(run_dir, acfg: AgentFlowConfig, gcfg: FlowGRPOConfig) ->
     plot_tool_usage(planners["warm_start"]["tool_share_by_kind"], planners["flow_grpo"]["tool_share_by_kind"], fig / "flow_grpo_tool_usage.png")
     fg = paths["flow_grpo"]
     out = {"profile": acfg.profile, "config": asdict(gcfg), "n_test_tasks": len(test), "planners": planners, "turn_budget": budgets,
+           "avg_at_k": {"k": k, "temperature": gcfg.temperature, "metrics": sampled} if k else None,
            "gameof24": {"n": len(g24), "metrics": game24, "paper": 53.0}, "curves": read_json(fg / "flow_grpo_curves.json"),
            "training": built_record(fg), "offline_sft": read_json(_af_dir(run) / "offline_sft_rows.json")}
     atomic_write_json(run.dir / "flow_grpo_results.json", out)

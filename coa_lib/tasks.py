@@ -58,9 +58,9 @@ START_NP = {"person": "{x}", "film": "the film {x}", "company": "{x}", "city": "
 MULTIHOP_WEIGHTS = {1: 0.25, 2: 0.4, 3: 0.35}
 
 def _step(world: World, entity: str, relation: str) -> dict:
-    "One lookup of a gold path: the search, the page, the fact, and what is asked of the page (its entity type and relation)."
+    "One lookup of a gold path: the search, the page, the fact (its sentence and span), and what is asked of the page (its entity type and relation)."
     return {"tool": "web_search", "query": entity, "page": entity, "fact": world.sentences[(entity, relation)],
-            "type": world.entities[entity].type, "relation": relation}
+            "span": world.spans[(entity, relation)], "type": world.entities[entity].type, "relation": relation}
 
 def _entity_filter(world: World, split: str) -> Callable[[str], bool]:
     if split == "all": return lambda name: True

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05a_scripted_teacher.ipynb #961f512d
 from __future__ import annotations
-import hashlib, json, random, re
+import functools, hashlib, json, random, re
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -17,9 +17,9 @@ from .tokenizer import IM_END, IM_START
 
 # %% auto #0
 __all__ = ['HOP_QUESTIONS', 'COUNTRY_FOUNDED', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'ParsedPrompt', 'read_prompt', 'step_groups',
-           'unseen_numbers', 'hop_question', 'step_question', 'plan_steps', 'planner_policy', 'search_policy',
-           'code_policy', 'critic_policy', 'verifier_policy', 'answerer_policy', 'task_registry', 'prompt_rng',
-           'ScriptedTeacher', 'scripted_backend']
+           'unseen_numbers', 'hop_question', 'step_question', 'plan_steps', 'planner_policy', 'finding',
+           'search_policy', 'code_policy', 'critic_policy', 'verifier_policy', 'answerer_policy', 'task_registry',
+           'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
 
 # %% ../nbs/05a_scripted_teacher.ipynb #8a1f0e65
 _MSG_RE = re.compile(re.escape(IM_START) + r"(\w+)\n(.*?)" + re.escape(IM_END), re.S)
@@ -209,7 +209,11 @@ def _p(knobs: MistakeKnobs, p: float, retry: bool) -> float:
     return p * knobs.retry_scale if retry else p
 
 # %% ../nbs/05a_scripted_teacher.ipynb #76646f83
-def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs) -> str:
+def finding(step: dict, span: bool = False) -> str:
+    "What the search agent reports for one gold step: the page's sentence; with `span`, the page and the span that states the fact ('Badrithal, a city in Thitroland.') where the step has one (world tasks)."
+    return f"{step['page']}, {step['span']}." if span and step.get("span") else step["fact"]
+
+def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs, span_findings: bool = False) -> str:
     "The scripted search agent: one turn (a tool call or a report)."
     try: k = int(p.fields.get("Step", "0"))
     except ValueError: k = 0
@@ -221,13 +225,14 @@ def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: Mistak
     visible = p.question + "\n" + "\n".join(p.findings.values())
     seen_text = "\n".join(o for _, _, o in obs)
     if all(_contains(seen_text, f) for f in facts):
+        found = [finding(path[i], span_findings) for i in groups[k - 1]]
         if rng.random() < _p(knobs, knobs.misread_p, retry):
             others = [s for s in _sentences(seen_text) if not any(_contains(s, f) or _contains(f, s) for f in facts)
                       and re.search(r"\d{3,}|[A-Z][a-z]+ [A-Z]", s)]
             if others:
-                facts = facts[:-1] + [rng.choice(others)]
-                return f"<think>This looks like what I need.</think>\n<report>{' '.join(facts)}</report>"
-        return f"<think>The observation states what step {k} needs.</think>\n<report>{' '.join(facts)}</report>"
+                found = found[:-1] + [rng.choice(others)]   # a whole wrong sentence: what a careless reader copies
+                return f"<think>This looks like what I need.</think>\n<report>{' '.join(found)}</report>"
+        return f"<think>The observation states what step {k} needs.</think>\n<report>{' '.join(found)}</report>"
     if not _contains(visible, page):
         return f"<think>I do not know which entity to look up: the findings do not name it.</think>\n<report>Not found: the entity of step {k} is unknown.</report>"
     if not obs:
@@ -311,7 +316,7 @@ def code_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeK
 def _step_ok(task: dict, k: int, report: str) -> bool:
     "Oracle check of one finding: a search step must report its gold fact; a code step must not have failed."
     path, groups = _gold_steps(task), step_groups(task)
-    if 1 <= k <= len(groups): return all(_contains(report, path[i]["fact"]) for i in groups[k - 1])
+    if 1 <= k <= len(groups): return all(_contains(report, path[i].get("span") or path[i]["fact"]) for i in groups[k - 1])
     return not report.startswith(("Failed", "Not found")) and "FAILED" not in report
 
 def critic_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs) -> str:
@@ -384,19 +389,20 @@ def prompt_rng(seed: int, prompt: str) -> random.Random:
     return random.Random(int(hashlib.sha1(f"{seed}|{prompt}".encode()).hexdigest()[:16], 16))
 
 class ScriptedTeacher:
-    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure."
-    def __init__(self, tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0):
+    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure (`span_findings`: see `finding`)."
+    def __init__(self, tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, span_findings: bool = False):
         self.knobs, self.seed, self.registry = knobs or MistakeKnobs(), seed, task_registry(tasks)
+        self.policies = {**ROLE_POLICIES, Role.SEARCH.value: functools.partial(search_policy, span_findings=span_findings)}
 
     def __call__(self, prompt: str) -> str:
         p = read_prompt(prompt)
         task = self.registry.get(p.question)
-        policy = ROLE_POLICIES.get(p.role)
+        policy = self.policies.get(p.role)
         if task is None or policy is None:
             return "<think>I do not know this task.</think>\n<report>Not found: unknown task.</report>"
         return policy(task, p, prompt_rng(self.seed, prompt), self.knobs)
 
 # %% ../nbs/05a_scripted_teacher.ipynb #efd5999b
-def scripted_backend(tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0) -> ScriptedBackend:
+def scripted_backend(tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, span_findings: bool = False) -> ScriptedBackend:
     "The scripted teacher of `tasks` as a `Backend` (what `coa_lib.mas.run_teacher` runs offline)."
-    return ScriptedBackend(ScriptedTeacher(tasks, knobs, seed))
+    return ScriptedBackend(ScriptedTeacher(tasks, knobs, seed, span_findings))

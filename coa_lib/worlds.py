@@ -6,7 +6,7 @@
 from __future__ import annotations
 import functools, random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from datasets import Dataset
 
@@ -15,7 +15,7 @@ from .core import rng_for
 # %% auto #0
 __all__ = ['ONSETS', 'VOWELS', 'CODAS', 'COMMON_WORDS', 'ENTITY_TYPES', 'ENTITY_MIX', 'ENTITY_MIN', 'COMPANY_SUFFIXES',
            'FILM_NOUNS', 'UNIVERSITY_FORMS', 'COUNTRY_ENDINGS', 'OCCUPATIONS', 'NameGen', 'Entity', 'World',
-           'make_world']
+           'stated_span', 'make_world']
 
 # %% ../nbs/01a_worlds.ipynb #bffc469d
 ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "tr", "th", "sh", "st", "gl")
@@ -90,6 +90,7 @@ class World:
     entities: dict[str, Entity]
     pages: dict[str, str]                    # title -> page text (title == entity name)
     sentences: dict[tuple[str, str], str]    # (entity, relation) -> the page sentence that states it
+    spans: dict[tuple[str, str], str] = field(default_factory=dict)   # (entity, relation) -> the part of it from the relation's words to the value
 
     @property
     def corpus_id(self) -> str: return f"world-{self.seed}-{self.n_entities}"
@@ -227,17 +228,28 @@ def _country_name(names: NameGen, rng: random.Random) -> str:
 def _a(word: str) -> str: return ("an " if word[0] in "aeiou" else "a ") + word
 
 # %% ../nbs/01a_worlds.ipynb #f3c679ca
-def _render(ents: dict[str, Entity], rng: random.Random) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
-    pages, facts = {}, {}
+def stated_span(sentence: str, stated: Sequence[tuple[str, object]]) -> str:
+    "The part of `sentence` from the first relation's words to the end of the last value; `stated`: each relation's words (any case) and its value."
+    bounds = []
+    for cue, value in stated:
+        start = sentence.casefold().index(cue.casefold())
+        bounds.append((start, sentence.index(str(value), start) + len(str(value))))
+    return sentence[min(b[0] for b in bounds):max(b[1] for b in bounds)]
+
+def _render(ents: dict[str, Entity], rng: random.Random) -> tuple[dict[str, str], dict[tuple[str, str], str], dict[tuple[str, str], str]]:
+    "Every entity's page; the sentence and the span that state each (entity, relation)."
+    pages, facts, spans = {}, {}, {}
     for e in ents.values():
         n, s = e.name, []
-        def say(text: str, *rels: str) -> None:
+        def say(text: str, **cues: str) -> None:
+            "A sentence of the page; `cues` maps each relation it states to the words that introduce its value."
             s.append(text)
-            for r in rels: facts[(n, r)] = text
+            span = stated_span(text, [(cue, e[r]) for r, cue in cues.items()]) if cues else ""
+            for r in cues: facts[(n, r)], spans[(n, r)] = text, span
         if e.type == "person":
             say(rng.choice((f"{n} is {_a(e['occupation'])} born in {e['born_in']} in {e['born']}.",
-                            f"Born in {e['born_in']} in {e['born']}, {n} is {_a(e['occupation'])}.")), "born", "born_in")
-            if "spouse" in e.attrs: say(f"{n} is married to {e['spouse']}.", "spouse")
+                            f"Born in {e['born_in']} in {e['born']}, {n} is {_a(e['occupation'])}.")), born_in="born in", born="born in")
+            if "spouse" in e.attrs: say(f"{n} is married to {e['spouse']}.", spouse="married to")
             for f in ents.values():
                 if f.type == "film" and f["director"] == n: say(f"{n} directed the film {f.name}.")
                 if f.type == "film" and n in f["cast"]: say(f"{n} appeared in the film {f.name}.")
@@ -245,39 +257,39 @@ def _render(ents: dict[str, Entity], rng: random.Random) -> tuple[dict[str, str]
             if "namesake" in e.attrs:
                 say(f"{n} is not to be confused with {e['namesake']}, who was born in {ents[e['namesake']]['born']}.")
         elif e.type == "city":
-            say(f"{n} is a city in {e['country']}.", "country")
-            say(f"{n} was founded in {e['founded']}.", "founded")
-            say(f"{n} has a population of {e['population']}.", "population")
+            say(f"{n} is a city in {e['country']}.", country="a city in")
+            say(f"{n} was founded in {e['founded']}.", founded="founded in")
+            say(f"{n} has a population of {e['population']}.", population="population of")
             for c in ents.values():
                 if c.type == "country" and c.get("capital") == n: say(f"{n} is the capital of {c.name}.")
                 if c.type == "university" and c["city"] == n: say(f"{n} is home to {c.name}.")
         elif e.type == "country":
-            say(f"{n} is a country whose capital is {e['capital']}.", "capital")
-            say(f"{n} was established in {e['founded']}.", "founded")
-            say(f"{n} has a population of {e['population']}.", "population")
+            say(f"{n} is a country whose capital is {e['capital']}.", capital="capital is")
+            say(f"{n} was established in {e['founded']}.", founded="established in")
+            say(f"{n} has a population of {e['population']}.", population="population of")
         elif e.type == "company":
             say(rng.choice((f"{n} is a company founded by {e['founder']} in {e['founded']}.",
-                            f"{n} was founded in {e['founded']} by {e['founder']}.")), "founder", "founded")
-            say(f"{n} is headquartered in {e['hq']}.", "hq")
-            say(f"{n} employs {e['employees']} people.", "employees")
+                            f"{n} was founded in {e['founded']} by {e['founder']}.")), founder="founded", founded="founded")
+            say(f"{n} is headquartered in {e['hq']}.", hq="headquartered in")
+            say(f"{n} employs {e['employees']} people.", employees="employs")
             say(f"{n} competes with {e['rival']}, which was founded in {ents[e['rival']]['founded']}.")
         elif e.type == "film":
             say(rng.choice((f"{n} is a film directed by {e['director']}, released in {e['released']}.",
-                            f"{n} is a film released in {e['released']} and directed by {e['director']}.")), "director", "released")
+                            f"{n} is a film released in {e['released']} and directed by {e['director']}.")), director="directed by", released="released in")
             say(f"{n} stars {e['cast'][0]} and {e['cast'][1]}.")
             say(f"{n} is often compared with {e['compared_with']}, released in {ents[e['compared_with']]['released']}.")
         elif e.type == "university":
-            say(f"{n} is a university in {e['city']}.", "city")
-            say(f"{n} was founded in {e['founded']}.", "founded")
-            say(f"{n} has {e['students']} students.", "students")
+            say(f"{n} is a university in {e['city']}.", city="a university in")
+            say(f"{n} was founded in {e['founded']}.", founded="founded in")
+            say(f"{n} has {e['students']} students.", students="has")
         if "namesake" in e.attrs and e.type != "person": say(f"{n} is not to be confused with {e['namesake']}.")
         pages[n] = " ".join(s)
-    return pages, facts
+    return pages, facts, spans
 
 # %% ../nbs/01a_worlds.ipynb #5e4755de
 def make_world(seed: int, n_entities: int = 40) -> World:
     "A seeded world of `n_entities` fictional entities and their encyclopedia pages (same seed -> same world)."
     rng = rng_for("world", seed, n_entities)
     ents = _make_entities(rng, n_entities)
-    pages, sentences = _render(ents, rng)
-    return World(seed, n_entities, ents, pages, sentences)
+    pages, sentences, spans = _render(ents, rng)
+    return World(seed, n_entities, ents, pages, sentences, spans)
