@@ -18,8 +18,8 @@ from .tokenizer import IM_END, IM_START
 # %% auto #0
 __all__ = ['HOP_QUESTIONS', 'COUNTRY_FOUNDED', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'ParsedPrompt', 'read_prompt', 'step_groups',
            'unseen_numbers', 'hop_question', 'step_question', 'plan_steps', 'planner_policy', 'finding',
-           'search_policy', 'code_policy', 'critic_policy', 'verifier_policy', 'answerer_policy', 'task_registry',
-           'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
+           'misread_finding', 'search_policy', 'code_policy', 'critic_policy', 'verifier_policy', 'answerer_policy',
+           'task_registry', 'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
 
 # %% ../nbs/05a_scripted_teacher.ipynb #8a1f0e65
 _MSG_RE = re.compile(re.escape(IM_START) + r"(\w+)\n(.*?)" + re.escape(IM_END), re.S)
@@ -213,6 +213,12 @@ def finding(step: dict, span: bool = False) -> str:
     "What the search agent reports for one gold step: the page's sentence; with `span`, the page and the span that states the fact ('Badrithal, a city in Thitroland.') where the step has one (world tasks)."
     return f"{step['page']}, {step['span']}." if span and step.get("span") else step["fact"]
 
+_SUBJECT_RE = re.compile(r"^(?:[A-Z][\w-]*\s)+(?:is|was|has)\s")
+
+def misread_finding(page: str, sentence: str, span: bool = False) -> str:
+    "What a careless reader reports from a wrong sentence: the sentence; with `span`, the page and the sentence's predicate, in the shape of a right finding."
+    return f"{page}, {_SUBJECT_RE.sub('', sentence).rstrip('.')}." if span else sentence
+
 def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs, span_findings: bool = False) -> str:
     "The scripted search agent: one turn (a tool call or a report)."
     try: k = int(p.fields.get("Step", "0"))
@@ -230,7 +236,7 @@ def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: Mistak
             others = [s for s in _sentences(seen_text) if not any(_contains(s, f) or _contains(f, s) for f in facts)
                       and re.search(r"\d{3,}|[A-Z][a-z]+ [A-Z]", s)]
             if others:
-                found = found[:-1] + [rng.choice(others)]   # a whole wrong sentence: what a careless reader copies
+                found = found[:-1] + [misread_finding(path[groups[k - 1][-1]]["page"], rng.choice(others), span_findings)]
                 return f"<think>This looks like what I need.</think>\n<report>{' '.join(found)}</report>"
         return f"<think>The observation states what step {k} needs.</think>\n<report>{' '.join(found)}</report>"
     if not _contains(visible, page):

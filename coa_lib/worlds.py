@@ -4,7 +4,7 @@
 
 # %% ../nbs/01a_worlds.ipynb #49ffe891
 from __future__ import annotations
-import functools, random
+import functools, random, re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -231,9 +231,9 @@ def _a(word: str) -> str: return ("an " if word[0] in "aeiou" else "a ") + word
 def stated_span(sentence: str, stated: Sequence[tuple[str, object]]) -> str:
     "The part of `sentence` from the first relation's words to the end of the last value; `stated`: each relation's words (any case) and its value."
     bounds = []
-    for cue, value in stated:
-        start = sentence.casefold().index(cue.casefold())
-        bounds.append((start, sentence.index(str(value), start) + len(str(value))))
+    for cue, value in stated:                                    # whole words only: 'has' is not inside 'Shashudrou'
+        start = re.search(rf"(?<!\w){re.escape(cue)}(?!\w)", sentence, re.I).start()
+        bounds.append((start, re.compile(rf"(?<!\w){re.escape(str(value))}(?!\w)").search(sentence, start).end()))
     return sentence[min(b[0] for b in bounds):max(b[1] for b in bounds)]
 
 def _render(ents: dict[str, Entity], rng: random.Random) -> tuple[dict[str, str], dict[tuple[str, str], str], dict[tuple[str, str], str]]:
