@@ -17,7 +17,7 @@ from .tokenizer import IM_END, IM_START
 
 # %% auto #0
 __all__ = ['HOP_QUESTIONS', 'COUNTRY_FOUNDED', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'ParsedPrompt', 'read_prompt', 'step_groups',
-           'unseen_numbers', 'hop_question', 'step_question', 'plan_steps', 'planner_policy', 'finding',
+           'unseen_numbers', 'hop_question', 'step_question', 'plan_steps', 'planner_policy', 'finding', 'check_spans',
            'misread_finding', 'search_policy', 'code_policy', 'critic_policy', 'verifier_policy', 'answerer_policy',
            'task_registry', 'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
 
@@ -210,8 +210,14 @@ def _p(knobs: MistakeKnobs, p: float, retry: bool) -> float:
 
 # %% ../nbs/05a_scripted_teacher.ipynb #76646f83
 def finding(step: dict, span: bool = False) -> str:
-    "What the search agent reports for one gold step: the page's sentence; with `span`, the page and the span that states the fact ('Badrithal, a city in Thitroland.') where the step has one (world tasks)."
+    "What the search agent reports for one gold step: the page's sentence; with `span`, the page and the span that states the fact ('Badrithal, a city in Thitroland.') where the step has one (world tasks; a benchmark's step has its sentence only)."
     return f"{step['page']}, {step['span']}." if span and step.get("span") else step["fact"]
+
+def check_spans(task: dict) -> None:
+    "Refuse span findings on a world task whose path has no spans (built before they were recorded: its report would silently be the sentence)."
+    if "world_seed" in task["_meta"] and any("span" not in s for s in task["_meta"].get("path") or [] if s.get("tool") == "web_search"):
+        raise ValueError(f"task {task['id']!r} was built before facts had spans: rebuild the run's task splits (delete its tasks_* artifacts) "
+                         "to report span findings")
 
 _SUBJECT_RE = re.compile(r"^(?:[A-Z][\w-]*\s)+(?:is|was|has)\s")
 
@@ -231,6 +237,7 @@ def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: Mistak
     visible = p.question + "\n" + "\n".join(p.findings.values())
     seen_text = "\n".join(o for _, _, o in obs)
     if all(_contains(seen_text, f) for f in facts):
+        if span_findings: check_spans(task)
         found = [finding(path[i], span_findings) for i in groups[k - 1]]
         if rng.random() < _p(knobs, knobs.misread_p, retry):
             others = [s for s in _sentences(seen_text) if not any(_contains(s, f) or _contains(f, s) for f in facts)
