@@ -68,10 +68,11 @@ def phase_shares(kinds: tuple[str, ...], given: dict[str, float], profile: dict[
 
 
 def ladder_run(rd: Path, a):
-    "The run whose SFT sets a rung trains on: the profile's, with the teacher's span findings when asked (another data set: keep it in its own run dir)."
+    "The run whose SFT sets a rung trains on: the profile's, with the teacher's data styles asked for (another data set: keep it in its own run dir)."
     from coa_lib.mas import TeacherConfig
     from coa_lib.run import Run
-    return Run(rd, a.profile, teacher=replace(TeacherConfig.for_profile(a.profile), span_findings=a.span_findings))
+    return Run(rd, a.profile, teacher=replace(TeacherConfig.for_profile(a.profile), span_findings=a.span_findings,
+                                              compare_by_code=a.compare_by_code))
 
 
 def run_rung(a) -> dict:
@@ -111,7 +112,7 @@ def run_rung(a) -> dict:
                   bf16=None if a.bf16 == "auto" else a.bf16 == "on")
     res = {"label": a.label, "size": a.size, "base": a.base, "phases": [{"kinds": list(k), "tokens": t} for k, t in phases],
            "rows_cap": a.rows, "obs_weight": a.obs_weight, "config": asdict(cfg), "n_dev_per_kind": a.n_dev,
-           "learning_rate": cfg.learning_rate, "minutes_cap": a.minutes, "pretrained": a.pretrained, "span_findings": a.span_findings,
+           "learning_rate": cfg.learning_rate, "minutes_cap": a.minutes, "pretrained": a.pretrained, "span_findings": a.span_findings, "compare_by_code": a.compare_by_code,
            "load_avg_before": os.getloadavg()[0], "curve": [], "phases_done": []}
     out_json = OUT / f"{a.label}.json"
     base, offset = None, 0
@@ -352,6 +353,8 @@ def main():
     ap.add_argument("--own-mix", action="store_true", help="train on the SFT set's own mix of kinds (the rungs before kind shares)")
     ap.add_argument("--span-findings", action="store_true",
                     help="SFT rows from the teacher's span findings ('Page, span.', coa_lib.teacher.finding) instead of the page's sentences")
+    ap.add_argument("--compare-by-code", action="store_true",
+                    help="SFT rows whose comparisons end with a code step comparing the findings (coa_lib.teacher.plan_steps)")
     ap.add_argument("--plot", action="store_true", help="only plot the saved curves")
     ap.add_argument("--reevaluate", metavar="RUNG", default=None,
                     help="evaluate a finished rung's final model again with today's evaluation settings (e.g. a new turn budget); "

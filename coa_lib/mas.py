@@ -393,7 +393,7 @@ class MistakeKnobs:
 class TeacherConfig:
     "Sizes and settings of the teacher stage: who plays the team, its limits, how many tasks in flight."
     unkeyed_fields = ("workers", "shard_size")            # tasks in flight, shard size: how fast, not what, the traces are
-    added_fields = {"span_findings": False}               # at this value a field added later builds what was built before it
+    added_fields = {"span_findings": False, "compare_by_code": False}   # at these values fields added later build what was built before them
     profile: str = "smoke"
     knobs: MistakeKnobs = field(default_factory=MistakeKnobs)
     limits: MASLimits = field(default_factory=MASLimits)
@@ -404,6 +404,7 @@ class TeacherConfig:
     endpoint: str | None = None     # an OpenAI-compatible base URL (vLLM, SGLang, coa_lib.serve) whose model plays the team
     endpoint_model: str = ""        # the model name the endpoint serves; with no endpoint, the scripted teacher plays
     span_findings: bool = False     # the scripted search agent reports 'Page, span.' (coa_lib.worlds spans), not the page's sentence
+    compare_by_code: bool = False   # the scripted planner ends a comparison with a code step that compares the two findings
 
     @classmethod
     def for_profile(cls, profile: str) -> TeacherConfig:

@@ -17,9 +17,10 @@ from .tokenizer import IM_END, IM_START
 
 # %% auto #0
 __all__ = ['HOP_QUESTIONS', 'COUNTRY_FOUNDED', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'ParsedPrompt', 'read_prompt', 'step_groups',
-           'unseen_numbers', 'hop_question', 'step_question', 'plan_steps', 'planner_policy', 'finding', 'check_spans',
-           'misread_finding', 'search_policy', 'code_policy', 'critic_policy', 'verifier_policy', 'answerer_policy',
-           'task_registry', 'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
+           'unseen_numbers', 'hop_question', 'step_question', 'plan_steps', 'comparison_values', 'comparison_code',
+           'planner_policy', 'finding', 'check_spans', 'misread_finding', 'search_policy', 'code_policy',
+           'critic_policy', 'verifier_policy', 'answerer_policy', 'task_registry', 'prompt_rng', 'ScriptedTeacher',
+           'scripted_backend']
 
 # %% ../nbs/05a_scripted_teacher.ipynb #8a1f0e65
 _MSG_RE = re.compile(re.escape(IM_START) + r"(\w+)\n(.*?)" + re.escape(IM_END), re.S)
@@ -134,8 +135,8 @@ def step_question(path: list[dict], group: list[int], target: str) -> str | None
 
 
 # %% ../nbs/05a_scripted_teacher.ipynb #93836ab1
-def plan_steps(task: dict) -> list[tuple[str, str]]:
-    "The (agent, sub-task) steps a competent planner writes for `task`."
+def plan_steps(task: dict, compare_by_code: bool = False) -> list[tuple[str, str]]:
+    "The (agent, sub-task) steps a competent planner writes for `task` (`compare_by_code`: a comparison ends with a code step that compares the findings)."
     kind, path, q = task["kind"], _gold_steps(task), task["question"]
     steps, groups = [], step_groups(task)
     for g in groups:
@@ -144,7 +145,7 @@ def plan_steps(task: dict) -> list[tuple[str, str]]:
         target = f"the entity found in step {src}" if src else page
         ask = step_question(path, g, target)                       # what to read on the page (AFM's planner writes sub-questions)
         steps.append((Role.SEARCH.value, f"Look up {target}: {ask}" if ask else f"Look up {target}."))
-    if kind == "mixed": steps.append((Role.CODE.value, "Compute the answer from the findings."))
+    if kind == "mixed" or (kind == "comparison" and compare_by_code): steps.append((Role.CODE.value, "Compute the answer from the findings."))
     elif kind == "math": steps.append((Role.CODE.value, "Compute the answer from the question's numbers."))
     elif kind == "game24": steps.append((Role.CODE.value, "Try every way to make 24 from the four numbers."))
     elif kind == "code": steps.append((Role.CODE.value, "Write the function and test the example."))
@@ -161,6 +162,23 @@ def _feedback_steps(feedback: str, steps: list[tuple[str, str]]) -> list[int]:
     return sorted(redo)
 
 # %% ../nbs/05a_scripted_teacher.ipynb #27faaa23
+def comparison_values(task: dict, findings: dict[int, str]) -> list[int | None]:
+    "The two compared values a comparison's findings state (the last number of each entity's last step), None where missing."
+    path, groups = _gold_steps(task), step_groups(task)
+    out = []
+    for k in (_step_of(groups, len(path) // 2 - 1), _step_of(groups, len(path) - 1)):
+        nums = re.findall(r"\d{3,}", findings.get(k, ""))
+        out.append(int(nums[-1]) if nums else None)
+    return out
+
+def comparison_code(task: dict, findings: dict[int, str]) -> str | None:
+    "The program that compares a comparison's findings ('born = {...}' then max/min by value); None when a value is missing."
+    ents, vals = task["_meta"].get("entities", []), comparison_values(task, findings)
+    if len(ents) != 2 or None in vals: return None
+    *_, relation, pick = task["_meta"].get("template", "").split(".")
+    table = ", ".join(f'"{e}": {v}' for e, v in zip(ents, vals))
+    return f"{relation} = {{{table}}}\nprint({pick}({relation}, key={relation}.get))"
+
 def _suggest(task: dict, findings: dict[int, str]) -> str:
     "The answer the findings support, computed the way the question asks; 'unknown' if they do not."
     kind, path = task["kind"], _gold_steps(task)
@@ -172,15 +190,13 @@ def _suggest(task: dict, findings: dict[int, str]) -> str:
         last = findings.get(max(findings)) if findings else ""
         m = re.search(r"```python\n(.*?)```", last or "", re.S)
         return m.group(1).strip() if m and "example passed" in last else "unknown"
+    if kind == "comparison" and findings and max(findings) > len(step_groups(task)):   # compared by code: its result
+        m = re.search(r"Result: (.+)", findings[max(findings)])
+        return m.group(1).strip() if m else "unknown"
     if kind == "comparison":
-        ents, template = task["_meta"].get("entities", []), task["_meta"].get("template", "")
-        groups = step_groups(task)
-        vals = []
-        for e, k in zip(ents, (_step_of(groups, len(path) // 2 - 1), _step_of(groups, len(path) - 1))):
-            nums = re.findall(r"\d{3,}", findings.get(k, ""))
-            vals.append(int(nums[-1]) if nums else None)
+        ents, vals = task["_meta"].get("entities", []), comparison_values(task, findings)
         if len(ents) != 2 or None in vals or vals[0] == vals[1]: return "unknown"
-        pick = max if template.endswith(".max") else min
+        pick = max if task["_meta"].get("template", "").endswith(".max") else min
         return ents[vals.index(pick(vals))]
     n = len(step_groups(task))
     last = findings.get(n, "")
@@ -189,10 +205,10 @@ def _suggest(task: dict, findings: dict[int, str]) -> str:
     return gold if _contains(last, gold) else _answer_like(last, " ".join(findings.get(k, "") for k in range(1, n)))
 
 # %% ../nbs/05a_scripted_teacher.ipynb #149fd62b
-def planner_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs) -> str:
+def planner_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs, compare_by_code: bool = False) -> str:
     "The scripted planner: plan, re-plan from feedback, or suggest an answer."
     mode = p.fields.get("Mode", "plan")
-    steps = plan_steps(task)
+    steps = plan_steps(task, compare_by_code)
     if mode == "suggest":
         ans = _suggest(task, p.findings)
         return f"<think>Reading the findings to settle the answer.</think>\n<suggested_answer>{ans}</suggested_answer>"
@@ -315,6 +331,10 @@ def code_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeK
         if slip: src = _slip(src, rng)
         if not src or test is None: return "<think>I cannot write this function.</think>\n<report>Failed: no example to test.</report>"
         return f"<think>I will write the function and check the example.</think>\n<code>{src.rstrip()}\n{test}</code>"
+    if kind == "comparison":                                   # planned only with compare_by_code
+        code = comparison_code(task, p.findings)
+        if code is None: return "<think>The findings do not give me both values.</think>\n<report>Failed: missing values in the findings.</report>"
+        return f"<think>I will compare the two values.</think>\n<code>{code}</code>"
     gold = [s for s in _gold_steps(task) if s.get("tool") == "code"]
     if not gold: return "<think>There is nothing to compute.</think>\n<report>Failed: no computation in this task.</report>"
     code = gold[-1]["code"]
@@ -402,10 +422,12 @@ def prompt_rng(seed: int, prompt: str) -> random.Random:
     return random.Random(int(hashlib.sha1(f"{seed}|{prompt}".encode()).hexdigest()[:16], 16))
 
 class ScriptedTeacher:
-    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure (`span_findings`: see `finding`)."
-    def __init__(self, tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, span_findings: bool = False):
+    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure (`span_findings`: see `finding`; `compare_by_code`: see `plan_steps`)."
+    def __init__(self, tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, span_findings: bool = False,
+                 compare_by_code: bool = False):
         self.knobs, self.seed, self.registry = knobs or MistakeKnobs(), seed, task_registry(tasks)
-        self.policies = {**ROLE_POLICIES, Role.SEARCH.value: functools.partial(search_policy, span_findings=span_findings)}
+        self.policies = {**ROLE_POLICIES, Role.SEARCH.value: functools.partial(search_policy, span_findings=span_findings),
+                         Role.PLANNER.value: functools.partial(planner_policy, compare_by_code=compare_by_code)}
 
     def __call__(self, prompt: str) -> str:
         p = read_prompt(prompt)
@@ -416,6 +438,7 @@ class ScriptedTeacher:
         return policy(task, p, prompt_rng(self.seed, prompt), self.knobs)
 
 # %% ../nbs/05a_scripted_teacher.ipynb #efd5999b
-def scripted_backend(tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, span_findings: bool = False) -> ScriptedBackend:
+def scripted_backend(tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, span_findings: bool = False,
+                     compare_by_code: bool = False) -> ScriptedBackend:
     "The scripted teacher of `tasks` as a `Backend` (what `coa_lib.mas.run_teacher` runs offline)."
-    return ScriptedBackend(ScriptedTeacher(tasks, knobs, seed, span_findings))
+    return ScriptedBackend(ScriptedTeacher(tasks, knobs, seed, span_findings, compare_by_code))
