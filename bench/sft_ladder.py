@@ -122,7 +122,7 @@ def run_rung(a) -> dict:
         a.base = str(rd / "ladder" / a.continues / f"phase{len(prev['phases_done']) - 1}")
         offset = prev["curve"][-1]["tokens_seen"]
         res.update(base=a.base, continues=a.continues, offset_tokens=offset)
-    held_out = held_out_dev_rows(rd, a.profile, tuple(k for ks, _ in phases for k in ks), 40)
+    held_out = held_out_dev_rows(ladder_run(rd, a), a.profile, tuple(k for ks, _ in phases for k in ks), 40)   # rows in the rung's data style
 
     class DevCurve(TrainerCallback):
         "Dev accuracy of the live model each time another `eval_every` tokens have been seen."

@@ -15,12 +15,12 @@ __all__ = ['PROFILES', 'TASK_KINDS', 'QA_KINDS', 'SPLITS', 'TASK_COLUMNS', 'TASK
            'REPO_ROOT', 'DATA_DIR', 'SAMPLES_DIR', 'check_profile', 'remove_at_end', 'temp_dir', 'resolve_run_dir',
            'scratch_dir', 'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'read_json', 'atomic_dir',
            'save_dataset', 'launched_processes', 'close_process_group', 'artifact_path', 'done_marker', 'built_record',
-           'is_built', 'mark_built', 'found_built', 'load_or_build', 'start_building', 'adopt_earlier_record',
-           'recorded_training', 'stable_hash', 'config_json', 'config_settings', 'same_settings', 'training_record',
-           'model_fingerprint', 'seed_int', 'rng_for', 'split_of', 'check_split', 'check_kind', 'meta_json',
-           'task_meta', 'to_dataset', 'full_reward', 'Outcome', 'outcomes_of', 'pct', 'accuracy_text',
-           'DataFormatError', 'format_error', 'get_field', 'str_list', 'read_text_file', 'read_json_list', 'read_jsonl',
-           'read_csv_rows', 'agentflow_benchmark_dir']
+           'is_built', 'mark_built', 'found_built', 'artifact_lock', 'load_or_build', 'start_building',
+           'adopt_earlier_record', 'recorded_training', 'stable_hash', 'config_json', 'config_settings',
+           'same_settings', 'training_record', 'model_fingerprint', 'seed_int', 'rng_for', 'split_of', 'check_split',
+           'check_kind', 'meta_json', 'task_meta', 'to_dataset', 'full_reward', 'Outcome', 'outcomes_of', 'pct',
+           'accuracy_text', 'DataFormatError', 'format_error', 'get_field', 'str_list', 'read_text_file',
+           'read_json_list', 'read_jsonl', 'read_csv_rows', 'agentflow_benchmark_dir']
 
 # %% ../nbs/00_core.ipynb #f5f94ae7
 PROFILES = ("smoke", "full")
@@ -180,17 +180,29 @@ def found_built(path: str | os.PathLike, key: str | None) -> bool:
     if key is not None: _adopt(Path(path), key)
     return True
 
+@contextmanager
+def artifact_lock(path: str | os.PathLike) -> Iterator[None]:
+    "Hold the building lock of the artifact at `path` (a lock file beside it): a second process that would build it waits here."
+    import fcntl
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try: yield
+        finally: fcntl.flock(f, fcntl.LOCK_UN)
+
 def load_or_build(run_dir: str | os.PathLike, name: str, build: Callable[[Path], Any], load: Callable[[Path], Any], key: str | None = None):
-    "Load artifact `name` from `run_dir`, building it first with `build(path)` if it is missing, unfinished or built under another config hash `key`."
+    "Load artifact `name` from `run_dir`, building it first with `build(path)` if it is missing, unfinished or built under another config hash `key` (one builder at a time: another process waits and loads it)."
     path = artifact_path(run_dir, name)
     if not is_built(path, key):
         if launched_processes() > 1:   # under `accelerate launch`: two processes must not build one artifact
             raise RuntimeError(f"{path}: missing, and this is one of {launched_processes()} processes; build it in one "
                                "process first (`python -m coa_lib.stages prepare ...`), then launch the processes")
-        done_marker(path).unlink(missing_ok=True)   # a stale artifact is unfinished until rebuilt
-        build(path)
-        mark_built(path, key=key)
-    elif key is not None: _adopt(path, key)
+        with artifact_lock(path):
+            if not is_built(path, key):                 # not built by another process while this one waited
+                done_marker(path).unlink(missing_ok=True)   # a stale artifact is unfinished until rebuilt
+                build(path)
+                mark_built(path, key=key)
+    if key is not None: _adopt(path, key)
     return load(path)
 
 # %% ../nbs/00_core.ipynb #243f543d
