@@ -16,11 +16,11 @@ from .rewards import check_24, score
 from .tokenizer import IM_END, IM_START
 
 # %% auto #0
-__all__ = ['HOP_QUESTIONS', 'COUNTRY_FOUNDED', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'ParsedPrompt', 'read_prompt', 'step_groups',
-           'unseen_numbers', 'hop_question', 'step_question', 'plan_steps', 'comparison_values', 'comparison_code',
-           'planner_policy', 'finding', 'check_spans', 'misread_finding', 'search_policy', 'code_policy',
-           'critic_policy', 'verifier_policy', 'answerer_policy', 'task_registry', 'prompt_rng', 'ScriptedTeacher',
-           'scripted_backend']
+__all__ = ['HOP_QUESTIONS', 'COUNTRY_FOUNDED', 'COMPARED_NAMES', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'ParsedPrompt', 'read_prompt',
+           'step_groups', 'unseen_numbers', 'hop_question', 'step_question', 'plan_steps', 'comparison_values',
+           'comparison_code', 'planner_policy', 'finding', 'check_spans', 'misread_finding', 'search_policy',
+           'code_policy', 'critic_policy', 'verifier_policy', 'answerer_policy', 'task_registry', 'prompt_rng',
+           'ScriptedTeacher', 'scripted_backend']
 
 # %% ../nbs/05a_scripted_teacher.ipynb #8a1f0e65
 _MSG_RE = re.compile(re.escape(IM_START) + r"(\w+)\n(.*?)" + re.escape(IM_END), re.S)
@@ -171,13 +171,15 @@ def comparison_values(task: dict, findings: dict[int, str]) -> list[int | None]:
         out.append(int(nums[-1]) if nums else None)
     return out
 
+COMPARED_NAMES = r'a, b = re.search(r"(?:, |of )(.+) (?:or|and) (.+?)(?: was founded earlier)?\?", question).groups()'
+
 def comparison_code(task: dict, findings: dict[int, str]) -> str | None:
-    "The program that compares a comparison's findings ('born = {...}' then max/min by value); None when a value is missing."
+    "The program that compares a comparison's findings: the question copied whole, its two names read from it by a fixed pattern, each with its value, then max/min; None when a value is missing."
     ents, vals = task["_meta"].get("entities", []), comparison_values(task, findings)
     if len(ents) != 2 or None in vals: return None
     *_, relation, pick = task["_meta"].get("template", "").split(".")
-    table = ", ".join(f'"{e}": {v}' for e, v in zip(ents, vals))
-    return f"{relation} = {{{table}}}\nprint({pick}({relation}, key={relation}.get))"
+    return (f'import re\nquestion = "{task["question"]}"\n{COMPARED_NAMES}\n'      # the names come from a copy of the question
+            f"{relation} = {{a: {vals[0]}, b: {vals[1]}}}\nprint({pick}({relation}, key={relation}.get))")
 
 def _suggest(task: dict, findings: dict[int, str]) -> str:
     "The answer the findings support, computed the way the question asks; 'unknown' if they do not."
