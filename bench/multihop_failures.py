@@ -63,6 +63,7 @@ def main():
     from coa_lib.sft import SFTStageConfig
     from coa_lib.stage_tasks import build_task_splits, student_tokenizer
     from coa_lib.tasks import TaskConfig
+    from sft_ladder import final_phase
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", required=True, help="the rung's run dir (its dev split and tokenizer)")
     ap.add_argument("--rung", required=True, help="a finished rung: its final model is run_dir/ladder/<rung>/phase<last>")
@@ -72,11 +73,10 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     rd = resolve_run_dir(a.run_dir)
-    phases = sorted((rd / "ladder" / a.rung).glob("phase*[0-9]"))
-    if not phases: raise SystemExit(f"no trained phase of rung {a.rung!r} under {rd / 'ladder'}")
+    model = final_phase(rd, a.rung)
     tasks = {t["id"]: t for t in eval_tasks(build_task_splits(rd, TaskConfig.for_profile("full"))["dev"], a.n_dev, ("multihop",))}
     t0 = time.perf_counter()
-    metrics, records = evaluate(load_policy(str(phases[-1]), student_tokenizer(rd, "full")), list(tasks.values()), fmt="coa",
+    metrics, records = evaluate(load_policy(str(model), student_tokenizer(rd, "full")), list(tasks.values()), fmt="coa",
                                 progress=False, limits=SFTStageConfig.for_profile("full").limits)
     causes, positions, by_hops, failed = Counter(), Counter(), {}, []
     for r in records:
@@ -87,7 +87,7 @@ def main():
         h = by_hops.setdefault(str(meta["hops"]), {"tasks": 0, "correct": 0})
         h["tasks"] += 1; h["correct"] += int(bool(r["correct"]))
         if cause != "correct": failed.append({"id": r["task_id"], "hops": meta["hops"], "cause": cause, "answer": r["answer"], "gold": r["gold"]})
-    res = {"run_dir": str(rd), "rung": a.rung, "model": str(phases[-1]), "accuracy": metrics["accuracy"], "n": len(records),
+    res = {"run_dir": str(rd), "rung": a.rung, "model": str(model), "accuracy": metrics["accuracy"], "n": len(records),
            "causes": dict(causes), "first_wrong_hop": dict(Counter(f["cause"].split(":")[0] for f in failed if f["cause"].startswith("hop"))),
            "finding_positions": dict(positions), "by_hops": by_hops, "failed": failed, "wall_s": time.perf_counter() - t0}
     atomic_write_json(OUT / f"{a.out}.json", res)

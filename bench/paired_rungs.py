@@ -31,12 +31,12 @@ def rung_records(spec: str, n_dev: int):
     from coa_lib.llm import load_policy
     from coa_lib.stage_tasks import build_task_splits, student_tokenizer
     from coa_lib.tasks import TaskConfig
+    from sft_ladder import final_phase
     run_dir, _, label = spec.partition(":")
     rd = resolve_run_dir(run_dir)
-    phases = sorted((rd / "ladder" / label).glob("phase*"))
-    if not phases: raise SystemExit(f"no trained phase of rung {label!r} under {rd / 'ladder'}")
+    model = final_phase(rd, label)
     dev = eval_tasks(build_task_splits(rd, TaskConfig.for_profile("full"))["dev"], n_dev)
-    metrics, records = evaluate(load_policy(str(phases[-1]), student_tokenizer(rd, "full")), dev, fmt="coa", progress=False)
+    metrics, records = evaluate(load_policy(str(model), student_tokenizer(rd, "full")), dev, fmt="coa", progress=False)
     return metrics, records
 
 

@@ -39,6 +39,13 @@ OUT = HERE / "results" / "ladder"
 LIMITS = OUT.parent / "ladder_limits.json"     # {rung: what limits it}, written by hand after reading its curves
 
 
+def final_phase(run_dir: Path, label: str) -> Path:
+    "A finished rung's final model: its last trained phase directory (run_dir/ladder/<label>/phase<k>; never a `.done` marker)."
+    phases = sorted((p for p in (Path(run_dir) / "ladder" / label).glob("phase*") if p.is_dir()), key=lambda p: int(p.name[5:]))
+    if not phases: raise SystemExit(f"no trained phase of rung {label!r} under {Path(run_dir) / 'ladder'}")
+    return phases[-1]
+
+
 def parse_phase(spec: str) -> tuple[tuple[str, ...], int]:
     "'multihop,math:800000' -> (('multihop', 'math'), 800000); 'all' means every kind."
     from coa_lib.core import TASK_KINDS

@@ -184,7 +184,8 @@ def comparison_code(task: dict, findings: dict[int, str]) -> str | None:
 def _suggest(task: dict, findings: dict[int, str]) -> str:
     "The answer the findings support, computed the way the question asks; 'unknown' if they do not."
     kind, path = task["kind"], _gold_steps(task)
-    if kind in ("mixed", "math", "game24"):
+    by_code = kind == "comparison" and findings and max(findings) > len(step_groups(task))   # compare_by_code: a code step last
+    if kind in ("mixed", "math", "game24") or by_code:
         last = findings.get(max(findings)) if findings else None
         m = re.search(r"Result: (.+)", last or "")
         return m.group(1).strip() if m else "unknown"
@@ -192,9 +193,6 @@ def _suggest(task: dict, findings: dict[int, str]) -> str:
         last = findings.get(max(findings)) if findings else ""
         m = re.search(r"```python\n(.*?)```", last or "", re.S)
         return m.group(1).strip() if m and "example passed" in last else "unknown"
-    if kind == "comparison" and findings and max(findings) > len(step_groups(task)):   # compared by code: its result
-        m = re.search(r"Result: (.+)", findings[max(findings)])
-        return m.group(1).strip() if m else "unknown"
     if kind == "comparison":
         ents, vals = task["_meta"].get("entities", []), comparison_values(task, findings)
         if len(ents) != 2 or None in vals or vals[0] == vals[1]: return "unknown"
@@ -261,7 +259,7 @@ def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: Mistak
             others = [s for s in _sentences(seen_text) if not any(_contains(s, f) or _contains(f, s) for f in facts)
                       and re.search(r"\d{3,}|[A-Z][a-z]+ [A-Z]", s)]
             if others:
-                found = found[:-1] + [misread_finding(path[groups[k - 1][-1]]["page"], rng.choice(others), span_findings)]
+                found = found[:-1] + [misread_finding(page, rng.choice(others), span_findings)]
                 return f"<think>This looks like what I need.</think>\n<report>{' '.join(found)}</report>"
         return f"<think>The observation states what step {k} needs.</think>\n<report>{' '.join(found)}</report>"
     if not _contains(visible, page):
