@@ -21,7 +21,8 @@ def main() -> None:
     from coa_lib.core import atomic_write_json, read_json
     from coa_lib.evaluate import eval_tasks, paired_difference
     from coa_lib.rl import RLConfig, train_rl
-    from coa_lib.stage_rl import afm_selection
+    from coa_lib.stage_rl import afm_selection, rl_tasks
+    from coa_lib.tokenizer import load_tokenizer
     from coa_lib.sft import SFTStageConfig
     from coa_lib.stage_sft import evaluate_student, student_named
     from coa_lib.stage_tasks import build_task_splits
@@ -43,14 +44,14 @@ def main() -> None:
         t0 = time.time()
         atomic_write_json(sel_path, {**afm_selection(student, splits["train"], base_cfg), "select_s": time.time() - t0})
     sel = read_json(sel_path)
-    rows = {t["id"]: t for t in splits["train"]}
-    tasks, dev = [rows[i] for i in sel["selected"]], eval_tasks(splits["dev"], 50)
+    dev = eval_tasks(splits["dev"], 50)
     results = read_json(OUT) if OUT.exists() else {}
     section = results.setdefault(a.label, {"student": str(student), "sft_dev_greedy": sum(sft_greedy.values()) / len(sft_greedy),
                                            "selected": len(sel["selected"]), "pool": len(sel["pool"])})
     for name, changes in json.loads(a.variants).items():
         cfg = dataclasses.replace(base_cfg, **changes)
-        path = train_rl(student, tasks, eval_tasks(splits["dev"], cfg.n_dev), work / name, cfg)
+        tasks, rates = rl_tasks(sel, splits["train"], cfg, load_tokenizer(student))     # with refresh_pool: the whole pool
+        path = train_rl(student, tasks, eval_tasks(splits["dev"], cfg.n_dev), work / name, cfg, rates=rates)
         m, recs = evaluate_student(path, student_named("coa"), dev, rd, f"rl_ladder/{a.label}/eval_{name}", SFTStageConfig.for_profile("full"))
         rl_greedy = dict(zip(recs["task_id"], recs["reward"]))
         shared = sorted(set(rl_greedy) & set(sft_greedy))

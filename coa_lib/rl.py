@@ -21,15 +21,16 @@ from .format import COA, TagSet
 from .prompts import agent_prompt, as_tagset
 from .rewards import score
 from .rollout import rollout
+from .rl_updates import length_groups, rl_trainer_class
 from .sft import last_checkpoint
 from .tokenizer import load_tokenizer
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['CURVES', 'RLConfig', 'episode_reward', 'qa_judge_reward', 'overlong_penalty', 'trl_sample', 'informative',
-           'fill_groups', 'CoARollout', 'batch_stats', 'outcome_reward', 'grpo_args', 'dev_callback', 'time_split',
-           'length_groups', 'logprob_agreement', 'rl_trainer_class', 'build_rl_trainer', 'rl_key', 'train_rl',
-           'rl_curves', 'plot_rl_curves', 'pass_rates', 'select_tasks']
+           'fill_groups', 'TaskPool', 'CoARollout', 'batch_stats', 'outcome_reward', 'grpo_args', 'dev_callback',
+           'time_split', 'build_rl_trainer', 'rl_key', 'train_rl', 'rl_curves', 'plot_rl_curves', 'pass_rates',
+           'select_tasks']
 
 # %% ../nbs/10a_rl.ipynb #b296f082
 @dataclass
@@ -62,12 +63,13 @@ class RLConfig:
     select_k: int = 8               # samples per task for the pass rate
     select_min_passes: int = 1      # select tasks with at least this many passes out of select_k (AFM: not zero) ...
     max_pass_rate: float = 0.875    # ... and a pass rate at most this (not always solved)
+    refresh_pool: bool = False      # the frontier follows the student: each sampled group re-measures its task (`TaskPool`; needs the pool's rates) ...
+    explore_per_batch: int = 1      # ... and up to this many tasks out of the frontier per batch are kept to be re-measured
     dev_every: int = 5              # rollout batches between dev evaluations
     n_dev: int = 10                 # dev tasks per kind for the dev curve
     save_every: int = 10            # rollout batches between checkpoints
     test_samples: int = 4           # k of avg@k on test (samples per task at `temperature`), beside greedy; 0: greedy only
-    seed: int = 0
-    threads: int | None = None
+    seed: int = 0; threads: int | None = None
 
     @classmethod
     def for_profile(cls, profile: str) -> "RLConfig":
@@ -75,21 +77,20 @@ class RLConfig:
         if check_profile(profile) == "smoke":
             return cls(profile=profile, group_size=4, groups_per_batch=2, minibatches=2, rollout_batches=2, max_turns=3,
                        max_new_tokens=48, max_total_tokens=768, select_per_kind=1, select_k=4, select_min_passes=0,
-                       dev_every=1, n_dev=1, save_every=1, max_refill_rounds=1, test_samples=2)
-        return cls(profile=profile, rollout_batches=40, lr=1e-4, select_per_kind=20, n_dev=10, dev_every=4, save_every=4)
+                       dev_every=1, n_dev=1, save_every=1, max_refill_rounds=1, test_samples=2, refresh_pool=True)
+        return cls(profile=profile, rollout_batches=40, lr=1e-4, select_per_kind=20, n_dev=10, dev_every=4, save_every=4, refresh_pool=True)
 
     @property
     def optimizer_steps(self) -> int: return self.rollout_batches * self.minibatches
-
     @property
     def limits(self) -> Limits: return Limits(self.max_turns, self.max_new_tokens, self.max_total_tokens)   # of every rollout
-
     @property
     def overlong_buffer(self) -> int: return round(self.overlong_share * self.max_total_tokens)   # in tokens
 
     def __post_init__(self):
         if not 0 <= self.overlong_share < 1: raise ValueError(f"overlong_share must be in [0, 1): {self.overlong_share}")
         if self.logprob_check_every < 1: raise ValueError(f"logprob_check_every must be >= 1: {self.logprob_check_every}")
+        if self.explore_per_batch < 0: raise ValueError(f"explore_per_batch must be >= 0: {self.explore_per_batch}")
         if self.update_rows < 0: raise ValueError(f"update_rows must be >= 0 (0: one piece): {self.update_rows}")
 
 # %% ../nbs/10a_rl.ipynb #8d00696c
@@ -143,11 +144,59 @@ def fill_groups(tasks: list[dict], sample: Callable[[list[dict]], list[list[Epis
              "sampled_reward": sum(rewards) / len(rewards)}      # over every episode sampled, dropped groups included
     return kept + dropped[:short], stats
 
+# %% ../nbs/10a_rl.ipynb #4d82df50
+class TaskPool:
+    "The RL tasks with each one's latest pass count: the frontier (solved sometimes, not always) follows the student as groups are sampled."
+    def __init__(self, tasks: Sequence[dict], rates: Sequence[dict], min_passes: int = 1, max_rate: float = 0.875, rng: random.Random | None = None):
+        self.tasks = {t["id"]: dict(t) for t in tasks}
+        rate = {r["id"]: r for r in rates}
+        missing = [i for i in self.tasks if i not in rate]
+        if missing: raise ValueError(f"TaskPool: no pass rate for {len(missing)} task(s), e.g. {missing[0]!r}")
+        self.latest = {i: (rate[i]["passes"], rate[i]["k"]) for i in self.tasks}   # (passes, samples) of the latest measurement
+        self.measured_at = {i: 0 for i in self.tasks}                               # rollout batch of that measurement (0: the selection)
+        self.min_passes, self.max_rate, self.rng, self.batch = min_passes, max_rate, rng or random.Random(0), 0
+
+    def in_frontier(self, task_id: str) -> bool:
+        passes, k = self.latest[task_id]
+        return passes >= self.min_passes and passes / k <= self.max_rate
+
+    def frontier(self) -> list[str]: return [i for i in self.tasks if self.in_frontier(i)]
+
+    def record(self, task_id: str, rewards: Sequence[float]) -> None:
+        "A sampled group of `task_id` is its new measurement (a pass: reward >= 1, as in `pass_rates`)."
+        self.latest[task_id] = (sum(r >= 1.0 for r in rewards), len(rewards)); self.measured_at[task_id] = self.batch
+
+    def _pick(self, ids: list[str], n: int) -> list[str]: return ids if n >= len(ids) else self.rng.sample(ids, n)
+
+    def draw(self, n: int, tried: set) -> list[dict]:
+        "`n` tasks not `tried`: frontier tasks first, then the least recently measured others; repeats only when the pool runs out."
+        front = [i for i in self.frontier() if i not in tried]
+        out = self._pick(front, n)
+        rest = sorted((i for i in self.tasks if i not in tried and i not in front), key=lambda i: self.measured_at[i])
+        out += rest[:n - len(out)]
+        while len(out) < n: out.append(self.rng.choice(list(self.tasks)))
+        return [self.tasks[i] for i in out]
+
+    def choose(self, handed: Sequence[dict], explore: int) -> tuple[list[dict], int]:
+        "A batch's tasks from those TRL `handed`: frontier tasks stay, up to `explore` others (least recently measured) stay to be re-measured, the rest are swapped; (tasks, swapped)."
+        self.batch += 1
+        out = [t["id"] for t in handed]
+        stale = sorted((j for j, i in enumerate(out) if not self.in_frontier(i)), key=lambda j: self.measured_at[out[j]])
+        swap = stale[explore:]
+        taken = set(out) - {out[j] for j in swap}
+        for j, t in zip(swap, self.draw(len(swap), taken)): out[j] = t["id"]; taken.add(t["id"])
+        return [self.tasks[i] for i in out], len(swap)
+
+    def state(self) -> dict: return {"latest": self.latest, "measured_at": self.measured_at, "batch": self.batch}
+
+    def load_state(self, s: dict) -> None:
+        self.latest, self.measured_at, self.batch = {i: tuple(v) for i, v in s["latest"].items()}, dict(s["measured_at"]), s["batch"]
+
 # %% ../nbs/10a_rl.ipynb #f728da99
 class CoARollout:
     "TRL's `rollout_func`: G multi-turn episodes per task with the trainer's current model and the real tools; dynamic sampling."
     def __init__(self, tasks: Sequence[dict], tokenizer, cfg: RLConfig, fmt: TagSet | str = COA,
-                 reward_fn: Callable[[dict, str | None], float] | None = None, toolbox=None):
+                 reward_fn: Callable[[dict, str | None], float] | None = None, toolbox=None, rates: Sequence[dict] | None = None):
         self.fmt, self.cfg, self.tokenizer, self.reward_fn, self.toolbox = as_tagset(fmt), cfg, tokenizer, reward_fn, toolbox
         self.tasks = [dict(t) for t in tasks]
         self.by_prompt: dict[str, dict] = {}
@@ -157,6 +206,8 @@ class CoARollout:
                                                      "TRL hands rollout_func only prompts, so each must name one task")
             self.by_prompt[p] = t
         self.rng = random.Random(cfg.seed)
+        if cfg.refresh_pool and rates is None: raise ValueError("refresh_pool needs the pool's pass rates (rates=, rows of `pass_rates`)")
+        self.pool = TaskPool(self.tasks, rates, cfg.select_min_passes, cfg.max_pass_rate, self.rng) if cfg.refresh_pool else None
         self.calls = 0
         self.history: list[dict] = []      # one row per rollout batch
         self.last: list[Episode] = []       # the episodes of the last batch, in the order returned
@@ -165,7 +216,8 @@ class CoARollout:
     def prompts(self) -> list[str]: return list(self.by_prompt)
 
     def draw(self, n: int, tried: set) -> list[dict]:
-        "`n` tasks for refills, none of those `tried` in this batch while the pool has others."
+        "`n` tasks for refills, none of those `tried` in this batch while the pool has others (with a `TaskPool`: the frontier first)."
+        if self.pool is not None: return self.pool.draw(n, tried)
         free = [t for t in self.tasks if t["id"] not in tried] or self.tasks
         return [self.rng.choice(free) for _ in range(n)] if n > len(free) else self.rng.sample(free, n)
 
@@ -175,7 +227,10 @@ class CoARollout:
         eps = rollout((model, self.tokenizer), tasks, toolbox=self.toolbox, fmt=self.fmt, n=g, temperature=c.temperature, reward_fn=self.reward_fn,
                       seed=c.seed * 1_000_003 + self.calls, batch_size=max(32, g * len(tasks)), progress=False, limits=c.limits)
         self.calls += 1
-        return [eps[i * g:(i + 1) * g] for i in range(len(tasks))]
+        groups = [eps[i * g:(i + 1) * g] for i in range(len(tasks))]
+        if self.pool is not None:
+            for t, group in zip(tasks, groups): self.pool.record(t["id"], [episode_reward(e) for e in group])
+        return groups
 
 # %% ../nbs/10a_rl.ipynb #c4045bd9
 @patch
@@ -186,6 +241,8 @@ def __call__(self: CoARollout, prompts: list[str], trainer) -> dict:
     if unknown: raise KeyError(f"rollout_func got a prompt of no known task: {unknown[0][-120:]!r}")
     tasks = [self.by_prompt[p] for p in prompts[::g]]
     if any(prompts[i] != prompts[i - i % g] for i in range(len(prompts))): raise ValueError("prompts are not in groups of G repeats")
+    swapped = 0
+    if self.pool is not None: tasks, swapped = self.pool.choose(tasks, self.cfg.explore_per_batch)
     model = trainer.accelerator.unwrap_model(trainer.model)
     was_training, t0 = model.training, time.perf_counter()
     model.eval()
@@ -203,6 +260,7 @@ def __call__(self: CoARollout, prompts: list[str], trainer) -> dict:
     self.last = eps
     c = self.cfg
     rows = [trl_sample(e, c.mask_truncated, c.max_total_tokens, c.overlong_buffer, c.overlong_penalty) for e in eps]
+    if self.pool is not None: stats.update(swapped=swapped, frontier=len(self.pool.frontier()))
     stats["overlong_penalty"] = sum(r["reward"] - episode_reward(e) for r, e in zip(rows, eps)) / len(eps)
     self.history.append(batch_stats(eps, stats, trainer.state.global_step, time.perf_counter() - t0))
     out = {k: [r[k] for r in rows] for k in rows[0]}
@@ -272,13 +330,14 @@ def _rl_state_callback(ro: CoARollout, dev):
             if not state.is_world_process_zero: return
             ck = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             atomic_write_json(ck / "rl_state.json", {"rollout": ro.history, "dev": dev.history, "calls": ro.calls, "logprobs": ro.logprob_log,
-                                                      "rng": repr(ro.rng.getstate())})
+                                                      "rng": repr(ro.rng.getstate()), "pool": ro.pool.state() if ro.pool else None})
     return RLState()
 
 def _restore_rl_state(ck: Path, ro: CoARollout, dev) -> None:
     s = read_json(ck / "rl_state.json")
     ro.history, dev.history, ro.calls, ro.logprob_log = s["rollout"], s["dev"], s["calls"], s.get("logprobs", [])
     ro.rng.setstate(ast.literal_eval(s["rng"]))
+    if ro.pool is not None and s.get("pool"): ro.pool.load_state(s["pool"])
 
 # %% ../nbs/10a_rl.ipynb #96bddd84
 def _progress_callback(ro: CoARollout, dev):
@@ -326,87 +385,13 @@ def time_split(ro: CoARollout, dev, wall_s: float, since: tuple[int, int, int] =
             "old_logprobs": {src: sum(r["source"] == src for r in ro.logprob_log) for src in ("sampler", "recomputed", "on-policy")},   # every batch,
             "logprob_max_abs_diff": max((r["max_abs_diff"] for r in checks), default=None)}
 
-# %% ../nbs/10a_rl.ipynb #3916af8e
-_LEFT_PADDED = ("prompt_ids", "prompt_mask")        # TRL pads prompts on the left, completions (and their per-token tensors) on the right
-
-def length_groups(batch: dict, rows: int) -> list[dict]:
-    "`batch` (a TRL minibatch) sorted by episode length and cut into pieces of at most `rows` episodes (0: one piece), each without padding it does not need."
-    pm, cm = batch["prompt_mask"], batch["completion_mask"]; n, tp, tc = cm.shape[0], pm.shape[1], cm.shape[1]
-    prompt_len = tp - torch.where(pm.bool(), torch.arange(tp, device=pm.device), tp).min(1).values      # from the first real prompt token
-    completion_len = (cm.bool() * torch.arange(1, tc + 1, device=cm.device)).max(1).values               # to the last real completion token
-    pieces = []
-    for idx in torch.argsort(prompt_len + completion_len, stable=True).split(rows or n):
-        keep_p, keep_c = int(prompt_len[idx].max()), max(1, int(completion_len[idx].max()))
-        piece = {}
-        for k, v in batch.items():
-            if not isinstance(v, torch.Tensor) or v.dim() == 0: piece[k] = v; continue
-            if v.shape[0] != n: raise ValueError(f"length_groups: {k!r} has {v.shape[0]} rows, the batch {n}")
-            v = v[idx]
-            if k in _LEFT_PADDED: v = v[:, tp - keep_p:]
-            elif v.dim() > 1 and v.shape[1] == tc: v = v[:, :keep_c]
-            elif v.dim() > 1 and v.shape[1] != 1:
-                raise ValueError(f"length_groups: {k!r} of shape {tuple(v.shape)} is neither per episode nor per completion token")
-            piece[k] = v
-        pieces.append(piece)
-    return pieces
-
-# %% ../nbs/10a_rl.ipynb #a7b28b98
-@contextmanager
-def _old_logprobs_skipped(args):
-    "TRL recomputes old log-probs when generation and optimizer steps are misaligned (`steps_per_generation` > 1); this says they are aligned."
-    spg = args.steps_per_generation
-    args.steps_per_generation = 1
-    try: yield
-    finally: args.steps_per_generation = spg
-
-def logprob_agreement(batch: dict) -> dict:
-    "How far the sampler's log-probs are from TRL's recomputed old log-probs, over the trained tokens of `batch`."
-    mask = batch["completion_mask"].bool()
-    if "tool_mask" in batch: mask &= batch["tool_mask"].bool()
-    d = (batch["old_per_token_logps"] - batch["sampling_per_token_logps"]).abs()[mask]
-    if not d.numel(): return {"max_abs_diff": 0.0, "mean_abs_diff": 0.0, "tokens": 0}
-    return {"max_abs_diff": d.max().item(), "mean_abs_diff": d.mean().item(), "tokens": int(d.numel())}
-
-def rl_trainer_class():
-    "TRL's `GRPOTrainer`: old log-probs from the sampler (`RLConfig.sampler_logprobs`), checked against TRL's recompute every few batches; updates in unpadded pieces."
-    from trl import GRPOTrainer
-    class SamplerLogprobsTrainer(GRPOTrainer):
-        def _generate_and_score_completions(self, inputs):
-            ro = self.rollout_func
-            cfg, log = ro.cfg, ro.logprob_log
-            trusted = cfg.sampler_logprobs and all(r["agree"] for r in log if "agree" in r)
-            check, t0 = not trusted or len(log) % cfg.logprob_check_every == 0, time.perf_counter()
-            if check: out = super()._generate_and_score_completions(inputs)
-            else:
-                with _old_logprobs_skipped(self.args): out = super()._generate_and_score_completions(inputs)
-            row = {"batch": len(log), "step": self.state.global_step, "prepare_s": time.perf_counter() - t0 - ro.history[-1]["wall_s"]}
-            if check and "old_per_token_logps" in out:      # TRL recomputed them: compare with the sampler's
-                row.update(logprob_agreement(out), source="recomputed")
-                row["agree"] = row["max_abs_diff"] <= cfg.logprob_tol
-                if trusted and not row["agree"]:
-                    warnings.warn(f"sampler and trainer log-probs differ by {row['max_abs_diff']:.2e} > logprob_tol={cfg.logprob_tol} "
-                                  f"(rollout batch {row['batch']}): old log-probs are recomputed for the rest of the run")
-            elif not check:
-                out["old_per_token_logps"] = out["sampling_per_token_logps"]
-                row["source"] = "sampler"
-            else: row["source"] = "on-policy"              # one minibatch per rollout batch: TRL needs no old log-probs
-            log.append(row)
-            return out
-
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            "TRL's loss summed over `length_groups` pieces of `update_rows` episodes (DAPO's adds over pieces; another loss: one unpadded piece)."
-            if return_outputs: raise ValueError("The GRPOTrainer does not support returning outputs")
-            rows = self.rollout_func.cfg.update_rows if self.loss_type == "dapo" else 0
-            return sum(self._compute_loss(model, p) for p in length_groups(inputs, rows))
-    return SamplerLogprobsTrainer
-
 # %% ../nbs/10a_rl.ipynb #63554634
 def build_rl_trainer(model, tokenizer, tasks: Sequence[dict], dev_tasks: Sequence[dict], out_dir, cfg: RLConfig,
-                     fmt: TagSet | str = COA, reward_fn=None, toolbox=None, **args):
+                     fmt: TagSet | str = COA, reward_fn=None, toolbox=None, rates: Sequence[dict] | None = None, **args):
     "TRL's `GRPOTrainer` (sampler log-probs) with our rollout function, DAPO settings, the dev callback and resumable state; (trainer, rollout, dev)."
     from transformers import PrinterCallback
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")     # rollout_func is marked experimental in TRL 1.16
-    ro = CoARollout(tasks, tokenizer, cfg, fmt, reward_fn, toolbox)
+    ro = CoARollout(tasks, tokenizer, cfg, fmt, reward_fn, toolbox, rates)
     dev = dev_callback(list(dev_tasks), tokenizer, cfg, ro.fmt, cfg.dev_every * cfg.minibatches, reward_fn, toolbox)
     with _quiet_trl():
         trainer = rl_trainer_class()(model=model, reward_funcs=[outcome_reward], args=grpo_args(Path(out_dir), cfg, **args),
@@ -421,8 +406,9 @@ def rl_key(cfg: RLConfig, policy) -> str:
     return stable_hash(["rl", config_settings(cfg), model_fingerprint(policy) if isinstance(policy, (str, os.PathLike)) else None])
 
 def train_rl(policy, tasks: Sequence[dict], dev_tasks: Sequence[dict], out_dir, config: RLConfig | None = None, tokenizer=None,
-             fmt: TagSet | str = COA, reward_fn: Callable[[dict, str | None], float] | None = None, toolbox=None, key: str | None = None) -> Path:
-    "DAPO on `tasks` from the model at `policy` (an HF path, or a model with `tokenizer`) unless built under `key` (default `rl_key`); the saved model's dir, with its curves and time split."
+             fmt: TagSet | str = COA, reward_fn: Callable[[dict, str | None], float] | None = None, toolbox=None, key: str | None = None,
+             rates: Sequence[dict] | None = None) -> Path:
+    "DAPO on `tasks` (with `refresh_pool`: the whole pool and its pass `rates`) from the model at `policy` (an HF path, or a model with `tokenizer`) unless built under `key` (default `rl_key`); the saved model's dir, with its curves and time split."
     from transformers import AutoModelForCausalLM
     cfg, out_dir = config or RLConfig(), Path(out_dir)
     key = key or rl_key(cfg, policy)
@@ -435,7 +421,7 @@ def train_rl(policy, tasks: Sequence[dict], dev_tasks: Sequence[dict], out_dir, 
     else:
         model, tokenizer = AutoModelForCausalLM.from_pretrained(str(policy)), tokenizer or load_tokenizer(policy)
     if cfg.threads: torch.set_num_threads(cfg.threads)
-    trainer, ro, dev = build_rl_trainer(model, tokenizer, tasks, dev_tasks, out_dir, cfg, fmt, reward_fn, toolbox)
+    trainer, ro, dev = build_rl_trainer(model, tokenizer, tasks, dev_tasks, out_dir, cfg, fmt, reward_fn, toolbox, rates)
     resume = last_checkpoint(out_dir)
     if resume is not None: _restore_rl_state(resume, ro, dev)
     since = (len(ro.history), len(dev.history), len(ro.logprob_log))
@@ -447,7 +433,9 @@ def train_rl(policy, tasks: Sequence[dict], dev_tasks: Sequence[dict], out_dir, 
         curves = rl_curves(trainer.state.log_history, ro.history, dev.history)
         atomic_write_json(out_dir / "rl_curves.json", curves)
         plot_rl_curves(curves, out_dir / "rl_curves.png")
-        mark_built(out_dir, key=key, info={"config": asdict(cfg), "global_step": trainer.state.global_step, "tasks": len(ro.tasks),
+        pool = ro.pool and {"frontier_start": len(TaskPool(tasks, rates, cfg.select_min_passes, cfg.max_pass_rate).frontier()),
+                            "frontier_end": len(ro.pool.frontier()), "swapped": sum(h.get("swapped", 0) for h in ro.history)}
+        mark_built(out_dir, key=key, info={"config": asdict(cfg), "global_step": trainer.state.global_step, "tasks": len(ro.tasks), "pool": pool,
                                  "episodes": sum(h["episodes"] for h in ro.history), **time_split(ro, dev, time.perf_counter() - t0, since),
                                  "resumed_from": resume.name if resume else None})
     trainer.accelerator.wait_for_everyone()
@@ -455,27 +443,32 @@ def train_rl(policy, tasks: Sequence[dict], dev_tasks: Sequence[dict], out_dir, 
 
 # %% ../nbs/10a_rl.ipynb #805c4491
 CURVES = {"sampled_reward": "reward (all sampled episodes)", "dev_accuracy": "dev accuracy (greedy)", "generated_tokens": "model tokens / episode",
-          "tool_calls": "tool calls / episode", "dropped_share": "groups dropped (dynamic sampling)", "clip_fraction": "clip fraction"}
+          "tool_calls": "tool calls / episode", "dropped_share": "groups dropped (dynamic sampling)", "clip_fraction": "clip fraction",
+          "frontier": "frontier tasks (refreshed pool)"}
 
 def rl_curves(log_history: list[dict], rollouts: list[dict], dev: list[dict]) -> dict[str, list[tuple[int, float]]]:
     "The training curves as {name: [(optimizer step, value)]}: from the rollout batches, the trainer's log and the dev evaluations."
     out = {k: [] for k in CURVES}
     for r in rollouts:
-        for k in ("sampled_reward", "generated_tokens", "tool_calls", "dropped_share"): out[k].append((r["step"], r[k]))
+        for k in ("sampled_reward", "generated_tokens", "tool_calls", "dropped_share", "frontier"):
+            if k in r: out[k].append((r["step"], r[k]))          # "frontier": only with refresh_pool
     out["clip_fraction"] = [(h["step"], h["clip_ratio/region_mean"]) for h in log_history if "clip_ratio/region_mean" in h]
     out["dev_accuracy"] = [(d["step"], d["dev_accuracy"]) for d in dev]
     return out
 
 def plot_rl_curves(curves: dict, path) -> Path:
-    "The six curves on a 2 x 3 grid, saved as PNG."
+    "The curves on a grid of two rows, saved as PNG (an empty panel: a curve this run does not have)."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(2, 3, figsize=(11, 5.5))
+    cols = -(-len(CURVES) // 2)
+    fig, axes = plt.subplots(2, cols, figsize=(3.2 * cols, 5.5))
     for ax, (k, title) in zip(axes.flat, CURVES.items()):
         pts = curves.get(k) or []
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if len(pts) < 30 else None, ms=3)
+        if not pts: ax.text(0.5, 0.5, "not recorded in this run", ha="center", va="center", transform=ax.transAxes, fontsize=8, color="grey")
         ax.set_title(title, fontsize=9); ax.set_xlabel("optimizer step", fontsize=8); ax.grid(alpha=0.3)
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))   # steps are whole numbers
+    for ax in axes.flat[len(CURVES):]: fig.delaxes(ax)
     fig.tight_layout()
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110); plt.close(fig)

@@ -24,7 +24,8 @@ from .stage_sft import eval_records, evaluate_students, sft_student, student_nam
 from .tokenizer import load_tokenizer
 
 # %% auto #0
-__all__ = ['RL_EVAL_NAMES', 'afm_selection', 'rl_selection', 'train_rl_student', 'rl_report', 'plot_pass_rates', 'run_rl_stage']
+__all__ = ['RL_EVAL_NAMES', 'afm_selection', 'rl_selection', 'rl_tasks', 'train_rl_student', 'rl_report', 'plot_pass_rates',
+           'run_rl_stage']
 
 # %% ../nbs/10_agentic_rl.ipynb #c960d0f0
 RL_EVAL_NAMES = {"coa_sft": "rl_eval/sft_test", "coa_rl": "rl_eval/rl_test"}   # `10_agentic_rl`: the CoA student before and after RL
@@ -64,14 +65,25 @@ def _tasks_by_id(run: Run, split: str, ids: Sequence[str]) -> list[dict]:
     return [rows[i] for i in ids]
 
 # %% ../nbs/10_agentic_rl.ipynb #f0d530c6
+def rl_tasks(sel: dict, train: Sequence[dict], cfg: RLConfig, tokenizer) -> tuple[list[dict], list[dict] | None]:
+    "What RL trains on: the selected tasks, or with `refresh_pool` the whole pool (one task per prompt, the selected first) and its pass rates."
+    rows = {t["id"]: t for t in train}
+    if not cfg.refresh_pool: return [rows[i] for i in sel["selected"]], None
+    seen, tasks, chosen = set(), [], set(sel["selected"])
+    for i in sel["selected"] + [i for i in sel["pool"] if i not in chosen]:
+        p = agent_prompt(rows[i], COA, tokenizer)
+        if p not in seen: seen.add(p); tasks.append(rows[i])          # TRL identifies a task by its prompt
+    ids = {t["id"] for t in tasks}
+    return tasks, [r for r in sel["rates"] if r["id"] in ids]
+
 def train_rl_student(run: Run | str | os.PathLike | None, cfg: RLConfig) -> Path:
-    "The CoA student after RL, in `run_dir/rl/coa_rl` (trained from `sft/coa` on the selected tasks; resumed, skipped when built under this config, rebuilt under another)."
+    "The CoA student after RL, in `run_dir/rl/coa_rl` (trained from `sft/coa` on the selected tasks or the refreshed pool; resumed, skipped when built under this config, rebuilt under another)."
     run = as_run(run, cfg.profile)
-    sel = rl_selection(run, cfg)
+    sel, sft_dir = rl_selection(run, cfg), sft_student(run, cfg.profile)
     if not sel["selected"]: raise ValueError(f"RL data selection kept no task of {len(sel['pool'])} (pass rates in {_rl_dir(run)}/selection.json)")
-    tasks = _tasks_by_id(run, "train", sel["selected"])
-    dev = eval_tasks(build_task_splits(run.dir, run.tasks)["dev"], cfg.n_dev)
-    return train_rl(sft_student(run, cfg.profile), tasks, dev, _rl_dir(run) / "coa_rl", cfg)
+    splits = build_task_splits(run.dir, run.tasks)
+    tasks, rates = rl_tasks(sel, splits["train"], cfg, load_tokenizer(sft_dir))
+    return train_rl(sft_dir, tasks, eval_tasks(splits["dev"], cfg.n_dev), _rl_dir(run) / "coa_rl", cfg, rates=rates)
 
 # %% ../nbs/10_agentic_rl.ipynb #80ebefae
 def _mean_rate(rows: Sequence[dict]) -> float: return sum(r["rate"] for r in rows) / max(1, len(rows))
@@ -114,6 +126,10 @@ def rl_report(run_dir) -> str:
             "| SFT | " + " | ".join(map(str, hist(res["rates_before"]))) + " |",
             "| SFT + RL | " + " | ".join(map(str, hist(res["rates_after"]))) + " |"]
     tr, curves = res["training"], res["curves"]
+    if tr.get("pool"):                                      # refresh_pool: the frontier followed the student
+        p = tr["pool"]
+        out += ["", f"Refreshed pool: {tr['tasks']} tasks; in the frontier {p['frontier_start']} at the start, {p['frontier_end']} at the end "
+                f"(latest group of each task); {p['swapped']} tasks handed by TRL were swapped for frontier tasks."]
     split = ", ".join(f"{n} {tr[k] / 60:.1f}" for k, n in (("rollout_s", "rollouts"), ("prepare_s", "old log-probs"), ("dev_s", "dev curve"),
                                                           ("update_s", "updates")) if k in tr)   # records before the split have none
     out += ["", f"#### Training curves ({tr['global_step']} optimizer steps in {tr['wall_s'] / 60:.1f} min{': ' + split if split else ''}; first → last)", "",

@@ -212,3 +212,27 @@ def test_train_rl_resumes_from_its_checkpoint(agent, world, tmp_path):
 def _copy(model):
     import copy
     return copy.deepcopy(model)
+
+
+def test_refreshed_pool_resumes_and_trains_on_the_frontier(agent, world, tmp_path):
+    "With refresh_pool, tasks out of the frontier are swapped, each group re-measures its task, and a resumed run continues the pool."
+    model, tok = agent
+    table, tasks = world
+    cfg = RLConfig(**{**CFG, "rollout_batches": 2, "lr": 1e-3, "refresh_pool": True, "explore_per_batch": 0})
+    rates = [{"id": t["id"], "passes": 2 if j % 2 else 0, "k": 4} for j, t in enumerate(tasks)]   # odd tasks in the frontier
+    kw = dict(tokenizer=tok, toolbox=ToyToolBox(table), rates=rates, reward_fn=lambda t, a: float(a is not None))   # mixed groups
+    with pytest.raises(ValueError, match="pass rates"): train_rl(_copy(model), tasks, tasks[:2], tmp_path / "none", cfg, tokenizer=tok)
+    whole = train_rl(_copy(model), tasks, tasks[:2], tmp_path / "whole", cfg, **kw)
+    part = train_rl(_copy(model), tasks, tasks[:2], tmp_path / "part", cfg, **kw)
+    done_marker(part).unlink(); shutil.rmtree(part / "checkpoints" / "checkpoint-4")   # as if killed after the first rollout batch
+    resumed = train_rl(_copy(model), tasks, tasks[:2], tmp_path / "part", cfg, **kw)
+    assert read_json(resumed / "rl_curves.json") == read_json(whole / "rl_curves.json")
+    pool_at_end = lambda d: read_json(d / "checkpoints" / "checkpoint-4" / "rl_state.json")["pool"]
+    assert pool_at_end(resumed) == pool_at_end(whole)                         # the pool's estimates continued too
+    rec = built_record(whole)
+    assert rec["tasks"] == len(tasks) and rec["pool"]["frontier_start"] == len(tasks) // 2
+    state = read_json(whole / "checkpoints" / "checkpoint-2" / "rl_state.json")["pool"]
+    assert state["batch"] == 1
+    first = [i for i, b in state["measured_at"].items() if b == 1]            # the tasks the first batch sampled ...
+    assert first and all(tasks.index(next(t for t in tasks if t["id"] == i)) % 2 for i in first)   # ... were frontier tasks only
+    assert all(state["latest"][i][1] == cfg.group_size for i in first)       # ... each re-measured by its group of G

@@ -73,7 +73,7 @@ def test_nbdev_test_in_a_worker_leaves_nothing(short_tmp_path):
 
 
 # the stage notebooks of issue 27 item 21 (a smoke run left their folders in the temp dir), and this report's notebook
-NOTEBOOKS = ["05_teacher_mas", "05b_mas", "09_sft", "09c_sft", "10_agentic_rl", "10a_rl", "12_flow_grpo", "12a_flow_grpo", "13_efficiency", "14c_report"]   # stage notebooks and, since issue 26, their libraries
+NOTEBOOKS = ["05_teacher_mas", "05b_mas", "09_sft", "09c_sft", "10_agentic_rl", "10a_rl", "10b_rl_updates", "12_flow_grpo", "12a_flow_grpo", "13_efficiency", "14c_report"]   # stage notebooks and, since issue 26, their libraries
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
