@@ -77,5 +77,6 @@ clean-nbs: $(STAMP)
 check-sync: $(STAMP)
 	$(BIN)/nbdev_export && $(BIN)/nbdev_clean && git diff --exit-code -- coa_lib nbs
 
+# The benchmarks (bench/): `make bench` lists them with how to run each; `make bench B=tools_bench ARGS="..."` runs one.
 bench: $(STAMP)
-	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+	$(BIN)/python bench/index.py $(B) $(ARGS)
