@@ -4,7 +4,7 @@
 
 # %% ../nbs/12a_flow_grpo.ipynb #04380719
 from __future__ import annotations
-import random, time
+import random, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -22,8 +22,8 @@ from .tokenizer import load_tokenizer
 
 # %% auto #0
 __all__ = ['FLOW_CURVES', 'FlowGRPOConfig', 'group_advantages', 'flow_grpo_loss', 'TurnSample', 'turn_samples', 'token_logprobs',
-           'length_chunks', 'FlowGRPOTrainer', 'rollout_stats', 'default_modules', 'tensorboard_writer',
-           'flow_grpo_key', 'train_flow_grpo', 'plot_flow_curves']
+           'length_chunks', 'FlowGRPOTrainer', 'sampler_logprobs', 'rollout_stats', 'default_modules',
+           'tensorboard_writer', 'flow_grpo_key', 'train_flow_grpo', 'plot_flow_curves']
 
 # %% ../nbs/12a_flow_grpo.ipynb #0430dc0e
 @dataclass
@@ -43,6 +43,9 @@ class FlowGRPOConfig:
     max_turns: int = 5
     max_grad_norm: float = 1.0
     logprob_tokens: int = 16384    # tokens (padding included) per forward pass; sequences of similar length go together
+    sampler_logprobs: bool = True  # old log-probs from the sampler (the planner's own turns), not a forward pass ...
+    logprob_check_every: int = 5   # ... checked against a recompute every this many rollout batches (the first included) ...
+    logprob_tol: float = 1e-3      # ... and recomputed for the rest of the run once they differ by more than this on a token
     save_every: int = 5            # rollout batches between checkpoints
     pool_per_kind: int = 200       # training queries per kind
     budgets: tuple[int, ...] = (3, 5, 7, 10)   # turn budgets of the T_max ablation
@@ -60,6 +63,9 @@ class FlowGRPOConfig:
 
     @property
     def optimizer_steps(self) -> int: return self.steps * self.minibatches
+
+    def __post_init__(self):
+        if self.logprob_check_every < 1: raise ValueError(f"logprob_check_every must be >= 1: {self.logprob_check_every}")
 
 # %% ../nbs/12a_flow_grpo.ipynb #ffb44ccf
 def group_advantages(rewards: Sequence[float], group_size: int, eps: float = 1e-6) -> list[float]:
@@ -102,6 +108,11 @@ class TurnSample:
     advantage: float
     weight: float
     group: int
+    logprobs: list[float] | None = None   # the sampler's, one per completion token (None: a planner that keeps none)
+
+    def __post_init__(self):
+        if self.logprobs is not None and len(self.logprobs) != len(self.completion_ids):
+            raise ValueError(f"{len(self.logprobs)} sampler log-probs for {len(self.completion_ids)} completion tokens")
 
 def turn_samples(records: Sequence, group_size: int) -> tuple[list[TurnSample], list[float]]:
     "Every planner turn of every rollout, with the trajectory's group-normalised outcome as its advantage; and the advantages."
@@ -110,7 +121,8 @@ def turn_samples(records: Sequence, group_size: int) -> tuple[list[TurnSample], 
     for i, (r, a) in enumerate(zip(records, adv)):
         turns = [t for t in r.planner_turns if t["completion_ids"]]
         for t in turns:
-            out.append(TurnSample(t["prompt_ids"], t["completion_ids"], a, 1.0 / (n_groups * group_size * len(turns)), i // group_size))
+            out.append(TurnSample(t["prompt_ids"], t["completion_ids"], a, 1.0 / (n_groups * group_size * len(turns)), i // group_size,
+                                  t.get("logprobs")))
     return out, adv
 
 # %% ../nbs/12a_flow_grpo.ipynb #ef400d9f
@@ -173,14 +185,42 @@ class FlowGRPOTrainer:
             out[chunk, K - lp.shape[1]:] = lp.cpu()
         return out
 
+# %% ../nbs/12a_flow_grpo.ipynb #60a6b19c
+def sampler_logprobs(samples: Sequence[TurnSample]) -> torch.Tensor | None:
+    "The sampler's log-probs `[N, K]`, right-aligned like `token_logprobs`; None when a sample has none."
+    if any(s.logprobs is None for s in samples): return None
+    K = max(len(s.completion_ids) for s in samples)
+    out = torch.zeros((len(samples), K))
+    for i, s in enumerate(samples): out[i, K - len(s.logprobs):] = torch.tensor(s.logprobs)
+    return out
+
+@patch
+def old_logprobs(self: FlowGRPOTrainer, samples: list[TurnSample]) -> tuple[torch.Tensor, dict]:
+    "The rollout policy's log-probs `[N, K]`: the sampler's once trusted, else (and every `logprob_check_every` batches) recomputed and compared; and where they came from."
+    cfg = self.cfg
+    sampled = sampler_logprobs(samples) if cfg.sampler_logprobs else None
+    trusted = sampled is not None and all(r.get("logprob_agree") is not False for r in self.history)
+    if trusted and self.step % cfg.logprob_check_every: return sampled, {"old_logprobs": "sampler"}
+    old, info = self._fixed_logprobs(self.policy, samples), {"old_logprobs": "recomputed"}
+    if sampled is not None:
+        mask = torch.zeros_like(old, dtype=torch.bool)
+        for i, s in enumerate(samples): mask[i, old.shape[1] - len(s.completion_ids):] = True
+        diff = float((old - sampled).abs()[mask].max()) if mask.any() else 0.0
+        info.update(logprob_max_abs_diff=diff, logprob_agree=diff <= cfg.logprob_tol)
+        if trusted and diff > cfg.logprob_tol:
+            warnings.warn(f"sampler and trainer log-probs differ by {diff:.2e} > logprob_tol={cfg.logprob_tol} (rollout batch {self.step}): "
+                          "old log-probs are recomputed for the rest of the run")
+    return old, info
+
 # %% ../nbs/12a_flow_grpo.ipynb #11337520
 @patch
 def update(self: FlowGRPOTrainer, samples: list[TurnSample]) -> dict:
-    "`minibatches` optimizer steps over the turn samples (split by group); old log-probs are the rollout policy's."
-    cfg, groups = self.cfg, sorted({s.group for s in samples})
+    "`minibatches` optimizer steps over the turn samples (split by group); old log-probs are the rollout policy's (`old_logprobs`)."
+    cfg, groups, t0 = self.cfg, sorted({s.group for s in samples}), time.perf_counter()
     self.model.eval()                                          # no dropout: ratios compare the same function
-    old = self._fixed_logprobs(self.policy, samples)
+    old, source = self.old_logprobs(samples)
     ref = self._fixed_logprobs(self.ref, samples) if self.ref is not None and cfg.beta else None
+    source["prepare_s"] = time.perf_counter() - t0             # the passes without gradients: old (when recomputed) and reference
     parts = [groups[i::cfg.minibatches] for i in range(cfg.minibatches)]
     stats = []
     for part in parts:
@@ -204,7 +244,7 @@ def update(self: FlowGRPOTrainer, samples: list[TurnSample]) -> dict:
         stats[-1]["grad_norm"] = float(gn)
     tok = sum(s["tokens"] for s in stats) or 1
     return {"loss": sum(s["loss"] for s in stats) / max(1, len(parts)), "clip_frac": sum(s["clip_frac"] * s["tokens"] for s in stats) / tok,
-            "kl": sum(s["kl"] * s["tokens"] for s in stats) / tok, "grad_norm": max(s.get("grad_norm", 0.0) for s in stats)}
+            "kl": sum(s["kl"] * s["tokens"] for s in stats) / tok, "grad_norm": max(s.get("grad_norm", 0.0) for s in stats), **source}
 
 # %% ../nbs/12a_flow_grpo.ipynb #3823d167
 def rollout_stats(records: Sequence, step: int, wall_s: float) -> dict:

@@ -146,6 +146,13 @@ def flow_grpo_report(run_dir) -> str:
     avg = lambda rows, k: sum(r[k] for r in rows) / len(rows)
     out += ["", f"Over training (first → last third of {len(c)} rollout batches): sampled reward {avg(c[:third], 'reward'):.3f} → "
             f"{avg(c[-third:], 'reward'):.3f}; tool-call error rate {avg(c[:third], 'tool_error_rate'):.3f} → {avg(c[-third:], 'tool_error_rate'):.3f}."]
+    if c and "prepare_s" in c[0]:                                       # runs before the split: none
+        tot = lambda k: sum(r[k] for r in c) / 60
+        src = [r["old_logprobs"] for r in c]
+        diffs = [r["logprob_max_abs_diff"] for r in c if "logprob_max_abs_diff" in r]
+        out[-1] += (f" Time: rollouts {tot('rollout_s'):.1f} min, passes without gradients (old and reference log-probs) {tot('prepare_s'):.1f} min, "
+                    f"updates {tot('update_s') - tot('prepare_s'):.1f} min; old log-probs from the sampler in {src.count('sampler')} of {len(c)} "
+                    f"rollout batches" + (f", recomputed in {src.count('recomputed')} (largest difference from the sampler's {max(diffs):.1e})." if diffs else "."))
     g = res["gameof24"]
     out += ["", f"AgentFlow's GameOf24 file (first {g['n']} hands): warm start {accuracy_text(g['metrics']['warm_start'])}, "
             f"Flow-GRPO {accuracy_text(g['metrics']['flow_grpo'])} (AgentFlow-7B: {g['paper']}; here the executor's Python is the teacher's exhaustive solver)."]
