@@ -73,8 +73,8 @@ def rl_tasks(sel: dict, train: Sequence[dict], cfg: RLConfig, tokenizer) -> tupl
     for i in sel["selected"] + [i for i in sel["pool"] if i not in chosen]:
         p = agent_prompt(rows[i], COA, tokenizer)
         if p not in seen: seen.add(p); tasks.append(rows[i])          # TRL identifies a task by its prompt
-    ids = {t["id"] for t in tasks}
-    return tasks, [r for r in sel["rates"] if r["id"] in ids]
+    rate = {r["id"]: r for r in sel["rates"]}
+    return tasks, [rate[t["id"]] for t in tasks]                       # in the tasks' order
 
 def train_rl_student(run: Run | str | os.PathLike | None, cfg: RLConfig) -> Path:
     "The CoA student after RL, in `run_dir/rl/coa_rl` (trained from `sft/coa` on the selected tasks or the refreshed pool; resumed, skipped when built under this config, rebuilt under another)."
