@@ -255,8 +255,8 @@ def _runs(marker: dict) -> list[dict]:
     return [r for r in marker.get("earlier", []) if r.get("profile", marker["profile"]) == marker["profile"]] + [marker]
 
 def _minutes(marker: dict) -> str:
-    "The latest run's wall time, with the earlier runs' after it."
-    before = [f"{r['seconds'] / 60:.1f}" for r in _runs(marker)[:-1]]
+    "The latest run's wall time, with the earlier runs' after it (an attempt that failed or was interrupted says so)."
+    before = [f"{r['seconds'] / 60:.1f}" + (f" {r['status']}" if r.get("status") else "") for r in _runs(marker)[:-1]]
     return f"{marker['seconds'] / 60:.1f} min" + (f" (earlier runs: {', '.join(before)} min)" if before else "")
 
 def provenance(run_dir) -> str:

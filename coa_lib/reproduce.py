@@ -13,9 +13,9 @@ from .core import PROFILES, atomic_write_json, atomic_write_text, check_profile,
 from .report import build_report
 
 # %% auto #0
-__all__ = ['RUNNER_NOTEBOOK', 'find_repo_root', 'stage_notebooks', 'select_notebooks', 'marker_path', 'earlier_runs', 'completed',
-           'NotebookRun', 'git_commit', 'machine_info', 'StageFailed', 'kernel_files_dir', 'run_notebook',
-           'format_summary', 'reproduce', 'main']
+__all__ = ['RUNNER_NOTEBOOK', 'find_repo_root', 'stage_notebooks', 'select_notebooks', 'marker_path', 'attempts_path',
+           'earlier_runs', 'completed', 'NotebookRun', 'git_commit', 'machine_info', 'StageFailed', 'kernel_files_dir',
+           'run_notebook', 'format_summary', 'reproduce', 'main']
 
 # %% ../nbs/14_reproduce.ipynb #99645451
 RUNNER_NOTEBOOK = "14_reproduce.ipynb"
@@ -56,11 +56,15 @@ def _source_hash(nb: Path) -> str:
 
 def marker_path(run_dir: Path, nb: Path) -> Path: return Path(run_dir) / ".done" / f"{nb.stem}.json"
 
-def earlier_runs(marker: Path) -> list[dict]:
-    "The completed runs a notebook's marker holds, before a new run replaces it: the ones it kept, then its own (a rerun that finds every artifact is fast; the run that built them stays on record)."
-    if not marker.exists(): return []
-    old = read_json(marker)
-    return old.get("earlier", []) + [{k: old[k] for k in ("profile", "seconds", "finished", "commit") if k in old}]
+def attempts_path(run_dir: Path, nb: Path) -> Path: return Path(run_dir) / ".done" / f"{nb.stem}.attempts"   # not a marker (*.json)
+
+def earlier_runs(marker: Path, attempts: Path | None = None) -> list[dict]:
+    "The runs a notebook's marker holds, before a new run replaces it: the ones it kept, then its own (a rerun that finds every artifact is fast; the run that built them stays on record); then the failed or interrupted attempts since (`attempts`)."
+    out = []
+    if marker.exists():
+        old = read_json(marker)
+        out = old.get("earlier", []) + [{k: old[k] for k in ("profile", "seconds", "finished", "commit") if k in old}]
+    return out + (read_json(attempts) if attempts is not None and attempts.exists() else [])
 
 def completed(run_dir: Path, nb: Path, profile: str) -> dict | None:
     "The marker of `nb` in `run_dir` if it completed there with `profile`, else None."
@@ -184,7 +188,8 @@ def reproduce(profile: str = "full", run_dir: str | Path = "runs/full", start: s
                 if done.get("source_hash") != _source_hash(nb):
                     print(f"note: {nb.name} changed since it completed; --force to run it again", file=sys.stderr)
             else:
-                earlier = earlier_runs(marker_path(run_dir, nb))
+                attempts = attempts_path(run_dir, nb)
+                earlier = earlier_runs(marker_path(run_dir, nb), attempts)
                 marker_path(run_dir, nb).unlink(missing_ok=True)
                 t0 = time.time()
                 try:
@@ -193,11 +198,14 @@ def reproduce(profile: str = "full", run_dir: str | Path = "runs/full", start: s
                     r.seconds = time.time() - t0
                     r.status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
                     r.error = str(e) if isinstance(e, StageFailed) else f"{type(e).__name__}: {e}"
+                    atomic_write_json(attempts, earlier + [dict(profile=profile, seconds=round(r.seconds, 2), finished=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                                                commit=commit, status=r.status)])     # its time (and the record before it) stays
                     failure = e
                     break
                 r.status, r.completed_seconds, r.finished, r.commit = "done", round(r.seconds, 2), time.strftime("%Y-%m-%dT%H:%M:%S"), commit
                 atomic_write_json(marker_path(run_dir, nb), dict(notebook=nb.name, profile=profile, seconds=r.completed_seconds,
                                   finished=r.finished, commit=commit, source_hash=_source_hash(nb), earlier=earlier))
+                attempts.unlink(missing_ok=True)                   # folded into the marker's `earlier`
             bar.update(1)
     finally:
         bar.close()
