@@ -3,8 +3,8 @@ evaluated on the same test tasks as the SFT stage, with mean ± sd over seeds an
 filtered − unfiltered.
 
 Seed 0 is the stage's own students (`run_dir/sft/<name>`, evaluated by `09_sft`) when the recipe is the profile's; other
-seeds train into `run_dir/seeds/seed<k>/<name>`, from the same base model (the base is shared: the spread measured here is
-the students' own). The per-task accuracy averaged over seeds is what the paired tests compare, task by task.
+seeds train into `run_dir/seeds/seed<k>/<name>`, all in one batch of lanes, from the stage's base model (seed 0's: the
+base is shared, so the spread measured here is the students' own). The per-task accuracy averaged over seeds is what the paired tests compare, task by task.
 
     python bench/student_seeds.py --run-dir runs/full --seeds 0 1 2
 
@@ -21,14 +21,19 @@ COMPARED = ("coa", "coa_unfiltered", "react")
 PAIRS = (("coa", "react"), ("coa", "coa_unfiltered"))
 
 
-def seed_students(run_dir: Path, profile: str, seed: int) -> dict[str, Path]:
-    "The three students trained at `seed` (the stage's own at seed 0)."
+def seed_students(run_dir: Path, profile: str, seeds: list[int]) -> dict[int, dict[str, Path]]:
+    "The three students of every seed: the stage's own at seed 0; the others trained in one batch of lanes, from the stage's base."
+    from coa_lib.run import as_run
     from coa_lib.sft import SFTStageConfig
-    from coa_lib.stage_sft import student_named, train_students
-    cfg = replace(SFTStageConfig.for_profile(profile), seed=seed)
-    students = [student_named(n) for n in COMPARED]
-    if seed == 0: return train_students(run_dir, cfg, students)
-    return train_students(run_dir, cfg, students, out_root=run_dir / "seeds" / f"seed{seed}")
+    from coa_lib.stage_sft import starting_model, student_named, train_plan, train_students
+    cfg, students = SFTStageConfig.for_profile(profile), [student_named(n) for n in COMPARED]
+    run = as_run(run_dir, profile)
+    base = starting_model(run, cfg)                          # the seed-0 base: the spread measured is the students' own
+    out = {0: train_students(run, cfg, students)} if 0 in seeds else {}
+    plan = [(replace(cfg, seed=k), s, run.dir / "seeds" / f"seed{k}") for k in seeds if k != 0 for s in students]
+    for (c, s, _), path in zip(plan, train_plan(run, plan, base, cfg.lanes, cfg.threads)):   # 3 students x seeds fill both lanes
+        out.setdefault(c.seed, {})[s.name] = path
+    return out
 
 
 def evaluations(run_dir: Path, profile: str, seed: int, paths: dict[str, Path]) -> dict[str, dict[str, float]]:
@@ -70,8 +75,9 @@ def main():
     from coa_lib.core import atomic_write_json, resolve_run_dir
     rd = resolve_run_dir(a.run_dir)
     per_seed, t0 = {}, time.perf_counter()
+    trained = seed_students(rd, a.profile, a.seeds)
     for seed in a.seeds:
-        per_seed[seed] = evaluations(rd, a.profile, seed, seed_students(rd, a.profile, seed))
+        per_seed[seed] = evaluations(rd, a.profile, seed, trained[seed])
         print(f"seed {seed}: " + ", ".join(f"{s} {sum(v.values()) / len(v):.3f}" for s, v in per_seed[seed].items()), flush=True)
     res = {**summarize(per_seed), "profile": a.profile, "wall_s": time.perf_counter() - t0}
     for k, c in res["comparisons"].items():

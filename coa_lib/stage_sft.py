@@ -33,8 +33,8 @@ from .tokenizer import load_tokenizer, world_pages
 
 # %% auto #0
 __all__ = ['STUDENTS', 'GAME24_PAPER', 'base_rows', 'pretrain_base', 'sft_base_record', 'Student', 'run_in_lanes',
-           'starting_model', 'rows_for_tokenizer', 'train_student', 'student_named', 'train_students', 'sft_student',
-           'evaluation_key', 'evaluate_student', 'evaluate_students', 'sft_eval_name', 'eval_records',
+           'starting_model', 'rows_for_tokenizer', 'train_student', 'student_named', 'train_plan', 'train_students',
+           'sft_student', 'evaluation_key', 'evaluate_student', 'evaluate_students', 'sft_eval_name', 'eval_records',
            'held_out_dev_rows', 'sft_test_results', 'sft_game24', 'memorisation_gap', 'sft_report', 'run_sft_stage']
 
 # %% ../nbs/09_sft.ipynb #4448bc73
@@ -155,15 +155,19 @@ def student_named(name: str) -> Student:
 def _train_job(run: Run, cfg: dict, student: str, base: str | None, out_root: str | None) -> Path:
     return train_student(run, SFTStageConfig(**cfg), student_named(student), base, out_root)
 
+def train_plan(run: Run, plan: Sequence[tuple[SFTStageConfig, Student, str | Path | None]], base: str | Path | None,
+               lanes: int = 1, threads: int | None = None) -> list[Path]:
+    "Train each (config, student, out_root) of `plan` from `base`, `lanes` at a time (the configs may differ: seeds of one recipe); saved model dirs, in order."
+    build_sft_sets(run, progress=False)                     # built once here, not by each lane (a lane gets the same Run)
+    jobs = [(run, asdict(c), s.name, None if base is None else str(base), None if root is None else str(root)) for c, s, root in plan]
+    return [Path(p) for p in run_in_lanes(_module_fn("_train_job"), jobs, lanes, threads)]
+
 def train_students(run: Run | str | os.PathLike | None, cfg: SFTStageConfig, students: Sequence[Student] = STUDENTS,
                    base: str | Path | None = None, out_root=None) -> dict[str, Path]:
     "Train every student on its set (`cfg.lanes` at a time) into `out_root/<name>` (default `run_dir/sft`); {name: saved model dir}."
     run = as_run(run, cfg.profile)
-    build_sft_sets(run, progress=False)                     # built once here, not by each lane (a lane gets the same Run)
-    if base is None: base = starting_model(run, cfg)        # likewise the common base model (or the pretrained checkpoint)
-    jobs = [(run, asdict(cfg), s.name, None if base is None else str(base), None if out_root is None else str(out_root)) for s in students]
-    paths = run_in_lanes(_module_fn("_train_job"), jobs, cfg.lanes, cfg.threads)
-    out = {s.name: Path(p) for s, p in zip(students, paths)}
+    if base is None: base = starting_model(run, cfg)        # the common base model (or the pretrained checkpoint), before the lanes
+    out = dict(zip((s.name for s in students), train_plan(run, [(cfg, s, out_root) for s in students], base, cfg.lanes, cfg.threads)))
     if out_root is None: plot_loss([read_json(p / "loss_history.json") for p in out.values()], list(out), run.dir / "figures" / "sft_loss.png")
     return out
 
