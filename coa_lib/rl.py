@@ -28,9 +28,9 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['CURVES', 'RLConfig', 'episode_reward', 'qa_judge_reward', 'overlong_penalty', 'trl_sample', 'informative',
-           'fill_groups', 'TaskPool', 'CoARollout', 'batch_stats', 'outcome_reward', 'grpo_args', 'dev_callback',
-           'time_split', 'build_rl_trainer', 'rl_key', 'train_rl', 'rl_curves', 'plot_rl_curves', 'pass_rates',
-           'select_tasks']
+           'fill_groups', 'in_frontier', 'TaskPool', 'CoARollout', 'batch_stats', 'outcome_reward', 'grpo_args',
+           'dev_callback', 'time_split', 'build_rl_trainer', 'rl_key', 'train_rl', 'rl_curves', 'plot_rl_curves',
+           'pass_rates', 'select_tasks']
 
 # %% ../nbs/10a_rl.ipynb #b296f082
 @dataclass
@@ -145,6 +145,10 @@ def fill_groups(tasks: list[dict], sample: Callable[[list[dict]], list[list[Epis
     return kept + dropped[:short], stats
 
 # %% ../nbs/10a_rl.ipynb #4d82df50
+def in_frontier(passes: int, k: int, max_rate: float, min_passes: int = 1) -> bool:
+    "AFM's rule for RL data: solved sometimes, not always (at least `min_passes` of `k` samples, a pass rate at most `max_rate`)."
+    return passes >= min_passes and passes / k <= max_rate
+
 class TaskPool:
     "The RL tasks with each one's latest pass count: the frontier (solved sometimes, not always) follows the student as groups are sampled."
     def __init__(self, tasks: Sequence[dict], rates: Sequence[dict], min_passes: int = 1, max_rate: float = 0.875, rng: random.Random | None = None):
@@ -156,9 +160,7 @@ class TaskPool:
         self.measured_at = {i: 0 for i in self.tasks}                               # rollout batch of that measurement (0: the selection)
         self.min_passes, self.max_rate, self.rng, self.batch = min_passes, max_rate, rng or random.Random(0), 0
 
-    def in_frontier(self, task_id: str) -> bool:
-        passes, k = self.latest[task_id]
-        return passes >= self.min_passes and passes / k <= self.max_rate
+    def in_frontier(self, task_id: str) -> bool: return in_frontier(*self.latest[task_id], self.max_rate, self.min_passes)
 
     def frontier(self) -> list[str]: return [i for i in self.tasks if self.in_frontier(i)]
 
@@ -489,4 +491,4 @@ def pass_rates(policy, tasks: Sequence[dict], k: int, cfg: RLConfig, fmt: TagSet
 def select_tasks(tasks: Sequence[dict], rates: Sequence[dict], max_rate: float, min_passes: int = 1) -> list[dict]:
     "AFM's RL data: the tasks the SFT student solves sometimes, not always (at least `min_passes` passes, pass rate <= `max_rate`)."
     rate = {r["id"]: r for r in rates}
-    return [dict(t) for t in tasks if rate[t["id"]]["passes"] >= min_passes and rate[t["id"]]["rate"] <= max_rate]
+    return [dict(t) for t in tasks if in_frontier(rate[t["id"]]["passes"], rate[t["id"]]["k"], max_rate, min_passes)]

@@ -24,8 +24,8 @@ from .stage_sft import eval_records, evaluate_students, sft_student, student_nam
 from .tokenizer import load_tokenizer
 
 # %% auto #0
-__all__ = ['RL_EVAL_NAMES', 'afm_selection', 'rl_selection', 'rl_tasks', 'train_rl_student', 'rl_report', 'plot_pass_rates',
-           'run_rl_stage']
+__all__ = ['RL_EVAL_NAMES', 'one_per_prompt', 'afm_selection', 'rl_selection', 'rl_tasks', 'train_rl_student', 'rl_report',
+           'plot_pass_rates', 'run_rl_stage']
 
 # %% ../nbs/10_agentic_rl.ipynb #c960d0f0
 RL_EVAL_NAMES = {"coa_sft": "rl_eval/sft_test", "coa_rl": "rl_eval/rl_test"}   # `10_agentic_rl`: the CoA student before and after RL
@@ -37,14 +37,19 @@ def _selection_key(cfg: RLConfig) -> dict:
     return {k: getattr(cfg, k) for k in ("profile", "select_per_kind", "select_k", "select_min_passes", "max_pass_rate", "temperature",
                                           "max_turns", "max_new_tokens", "max_total_tokens", "seed")}
 
+def one_per_prompt(tasks: Sequence[dict], tokenizer) -> list[dict]:
+    "The first task of each agent prompt, in order: TRL identifies a task by its prompt."
+    seen, out = set(), []
+    for t in tasks:
+        p = agent_prompt(t, COA, tokenizer)
+        if p not in seen: seen.add(p); out.append(t)
+    return out
+
 def afm_selection(student, train: Dataset, cfg: RLConfig) -> dict:
     "AFM's rule from `student` (a model dir): pass rates on `select_per_kind` shuffled training tasks per kind, the tasks kept (one per prompt)."
     pool = eval_tasks(train.shuffle(seed=cfg.seed), cfg.select_per_kind)
     rates = pass_rates(load_policy(student), pool, cfg.select_k, cfg, COA, seed=cfg.seed)
-    tok, seen, selected = load_tokenizer(student), set(), []
-    for t in select_tasks(pool, rates, cfg.max_pass_rate, cfg.select_min_passes):
-        p = agent_prompt(t, COA, tok)
-        if p not in seen: seen.add(p); selected.append(t["id"])         # TRL identifies a task by its prompt
+    selected = [t["id"] for t in one_per_prompt(select_tasks(pool, rates, cfg.max_pass_rate, cfg.select_min_passes), load_tokenizer(student))]
     return {"pool": [t["id"] for t in pool], "rates": rates, "selected": selected}
 
 def rl_selection(run: Run | str | os.PathLike | None, cfg: RLConfig) -> dict:
@@ -69,10 +74,8 @@ def rl_tasks(sel: dict, train: Sequence[dict], cfg: RLConfig, tokenizer) -> tupl
     "What RL trains on: the selected tasks, or with `refresh_pool` the whole pool (one task per prompt, the selected first) and its pass rates."
     rows = {t["id"]: t for t in train}
     if not cfg.refresh_pool: return [rows[i] for i in sel["selected"]], None
-    seen, tasks, chosen = set(), [], set(sel["selected"])
-    for i in sel["selected"] + [i for i in sel["pool"] if i not in chosen]:
-        p = agent_prompt(rows[i], COA, tokenizer)
-        if p not in seen: seen.add(p); tasks.append(rows[i])          # TRL identifies a task by its prompt
+    chosen = set(sel["selected"])
+    tasks = one_per_prompt([rows[i] for i in sel["selected"] + [i for i in sel["pool"] if i not in chosen]], tokenizer)
     rate = {r["id"]: r for r in sel["rates"]}
     return tasks, [rate[t["id"]] for t in tasks]                       # in the tasks' order
 
