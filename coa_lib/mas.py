@@ -393,7 +393,7 @@ class MistakeKnobs:
 class TeacherConfig:
     "Sizes and settings of the teacher stage: who plays the team, its limits, how many tasks in flight."
     unkeyed_fields = ("workers", "shard_size")            # tasks in flight, shard size: how fast, not what, the traces are
-    added_fields = {"span_findings": False, "compare_by_code": False}   # at these values fields added later build what was built before them
+    added_fields = {"span_findings": False, "compare_by_code": False, "compare_cue": False}   # at these values fields added later build what was built before them
     profile: str = "smoke"
     knobs: MistakeKnobs = field(default_factory=MistakeKnobs)
     limits: MASLimits = field(default_factory=MASLimits)
@@ -405,9 +405,13 @@ class TeacherConfig:
     endpoint_model: str = ""        # the model name the endpoint serves; with no endpoint, the scripted teacher plays
     span_findings: bool = False     # the scripted search agent reports 'Page, span.' (coa_lib.worlds spans), not the page's sentence
     compare_by_code: bool = False   # the scripted planner ends a comparison with a code step that compares the two findings
+    compare_cue: bool = False       # ... whose program prints its answer after its own words ('max born: Ann Bo'): the Result line copies from a cue
 
     @classmethod
     def for_profile(cls, profile: str) -> TeacherConfig:
         "Smoke: the smoke task splits (a few dozen tasks); full: every full training task (~20,000), larger shards."
         check_profile(profile)
         return cls(profile=profile, shard_size=64 if profile == "smoke" else 512, workers=2 if profile == "smoke" else 4)
+
+    def __post_init__(self):
+        if self.compare_cue and not self.compare_by_code: raise ValueError("compare_cue cues the comparison program's output: it needs compare_by_code")

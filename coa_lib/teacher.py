@@ -173,13 +173,15 @@ def comparison_values(task: dict, findings: dict[int, str]) -> list[int | None]:
 
 COMPARED_NAMES = r'a, b = re.search(r"(?:, |of )(.+) (?:or|and) (.+?)(?: was founded earlier)?\?", question).groups()'
 
-def comparison_code(task: dict, findings: dict[int, str]) -> str | None:
-    "The program that compares a comparison's findings: the question copied whole, its two names read from it by a fixed pattern, each with its value, then max/min; None when a value is missing."
+def comparison_code(task: dict, findings: dict[int, str], cue: bool = False) -> str | None:
+    "The program that compares a comparison's findings: the question copied whole, its two names read from it by a fixed pattern, each with its value, then max/min (`cue`: printed after its words, `max employees: Ann Bo`); None when a value is missing."
     ents, vals = task["_meta"].get("entities", []), comparison_values(task, findings)
     if len(ents) != 2 or None in vals: return None
     *_, relation, pick = task["_meta"].get("template", "").split(".")
     return (f'import re\nquestion = "{task["question"]}"\n{COMPARED_NAMES}\n'      # the names come from a copy of the question
-            f"{relation} = {{a: {vals[0]}, b: {vals[1]}}}\nprint({pick}({relation}, key={relation}.get))")
+            f"{relation} = {{a: {vals[0]}, b: {vals[1]}}}\n"
+            + (f'print("{pick} {relation}", {pick}({relation}, key={relation}.get), sep=": ")' if cue   # "max employees:" only in the output
+               else f"print({pick}({relation}, key={relation}.get))"))
 
 def _suggest(task: dict, findings: dict[int, str]) -> str:
     "The answer the findings support, computed the way the question asks; 'unknown' if they do not."
@@ -188,6 +190,7 @@ def _suggest(task: dict, findings: dict[int, str]) -> str:
     if kind in ("mixed", "math", "game24") or by_code:
         last = findings.get(max(findings)) if findings else None
         m = re.search(r"Result: (.+)", last or "")
+        if m and by_code: return m.group(1).rsplit(": ", 1)[-1].strip()   # a cued comparison prints 'max employees: <name>'
         return m.group(1).strip() if m else "unknown"
     if kind == "code":
         last = findings.get(max(findings)) if findings else ""
@@ -307,8 +310,8 @@ def _example_test(task: dict) -> str | None:
     return f"assert {m.group(1)} == {m.group(2)}\nprint('example passed')" if m else None
 
 # %% ../nbs/05a_scripted_teacher.ipynb #a5707182
-def code_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs) -> str:
-    "The scripted code agent: one turn (a code call or a report)."
+def code_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs, compare_cue: bool = False) -> str:
+    "The scripted code agent: one turn (a code call or a report; `compare_cue`: see `comparison_code`)."
     kind, obs, retry = task["kind"], _observations(p.history), "Check carefully" in p.fields.get("Task", "")
     slip = rng.random() < _p(knobs, knobs.arithmetic_slip_p, retry)
     if obs:
@@ -332,7 +335,7 @@ def code_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeK
         if not src or test is None: return "<think>I cannot write this function.</think>\n<report>Failed: no example to test.</report>"
         return f"<think>I will write the function and check the example.</think>\n<code>{src.rstrip()}\n{test}</code>"
     if kind == "comparison":                                   # planned only with compare_by_code
-        code = comparison_code(task, p.findings)
+        code = comparison_code(task, p.findings, compare_cue)
         if code is None: return "<think>The findings do not give me both values.</think>\n<report>Failed: missing values in the findings.</report>"
         return f"<think>I will compare the two values.</think>\n<code>{code}</code>"
     gold = [s for s in _gold_steps(task) if s.get("tool") == "code"]
@@ -422,12 +425,13 @@ def prompt_rng(seed: int, prompt: str) -> random.Random:
     return random.Random(int(hashlib.sha1(f"{seed}|{prompt}".encode()).hexdigest()[:16], 16))
 
 class ScriptedTeacher:
-    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure (`span_findings`: see `finding`; `compare_by_code`: see `plan_steps`)."
+    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure (`span_findings`: see `finding`; `compare_by_code`: see `plan_steps`; `compare_cue`: see `comparison_code`)."
     def __init__(self, tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, span_findings: bool = False,
-                 compare_by_code: bool = False):
+                 compare_by_code: bool = False, compare_cue: bool = False):
         self.knobs, self.seed, self.registry = knobs or MistakeKnobs(), seed, task_registry(tasks)
         self.policies = {**ROLE_POLICIES, Role.SEARCH.value: functools.partial(search_policy, span_findings=span_findings),
-                         Role.PLANNER.value: functools.partial(planner_policy, compare_by_code=compare_by_code)}
+                         Role.PLANNER.value: functools.partial(planner_policy, compare_by_code=compare_by_code),
+                         Role.CODE.value: functools.partial(code_policy, compare_cue=compare_cue)}
 
     def __call__(self, prompt: str) -> str:
         p = read_prompt(prompt)
@@ -439,6 +443,6 @@ class ScriptedTeacher:
 
 # %% ../nbs/05a_scripted_teacher.ipynb #efd5999b
 def scripted_backend(tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, span_findings: bool = False,
-                     compare_by_code: bool = False) -> ScriptedBackend:
+                     compare_by_code: bool = False, compare_cue: bool = False) -> ScriptedBackend:
     "The scripted teacher of `tasks` as a `Backend` (what `coa_lib.mas.run_teacher` runs offline)."
-    return ScriptedBackend(ScriptedTeacher(tasks, knobs, seed, span_findings, compare_by_code))
+    return ScriptedBackend(ScriptedTeacher(tasks, knobs, seed, span_findings, compare_by_code, compare_cue))
