@@ -8,7 +8,8 @@ base is shared, so the spread measured here is the students' own). The per-task 
 
     python bench/student_seeds.py --run-dir runs/full --seeds 0 1 2
 
-Writes `run_dir/student_seeds.json` (read by the report's claims 5 and 6) and a copy in bench/results/. Resumable: a
+Writes `run_dir/student_seeds.json` (read by the report's claims 5 and 6) and, at the full profile only, a copy in
+bench/results/ (a smoke run's numbers are not findings: they never replace the full run's there). Resumable: a
 trained student or a finished evaluation is found again and not redone.
 """
 from __future__ import annotations
@@ -84,7 +85,7 @@ def main():
         print(f"{k}: {100 * c['diff']:+.1f} points [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}] over {c['n']} tasks, "
               f"sign {c['sign']:+d}, sign test p = {c['sign_test_p']:.2g}")
     atomic_write_json(rd / "student_seeds.json", res)
-    OUT.parent.mkdir(parents=True, exist_ok=True); shutil.copyfile(rd / "student_seeds.json", OUT)
+    if a.profile == "full": OUT.parent.mkdir(parents=True, exist_ok=True); shutil.copyfile(rd / "student_seeds.json", OUT)
     print(json.dumps({s: (round(v["mean"], 3), v["sd"] and round(v["sd"], 3)) for s, v in res["students"].items()}))
 
 

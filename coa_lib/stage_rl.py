@@ -120,10 +120,10 @@ def rl_report(run_dir) -> str:
         out[-1] += " Paired on the same test tasks: greedy " + _paired_text(res["paired_greedy"])
         if avg: out[-1] += f"; avg@{avg['k']} " + _paired_text(avg["paired"])
         out[-1] += "."
-    sel, k = res["selection"], res["rates_before"][0]["k"] if res["rates_before"] else 0
+    sel, k, c = res["selection"], res["rates_before"][0]["k"] if res["rates_before"] else 0, res["config"]
     hist = lambda rows: [sum(r["passes"] == j for r in rows) for j in range(k + 1)]
     out += ["", f"#### Data selection: pass rates of the RL tasks before and after RL ({k} samples each)", "",
-            f"{sel['selected']} of {sel['pool']} training tasks selected (at least one pass of {k}, not all); "
+            f"{sel['selected']} of {sel['pool']} training tasks selected ({c['select_min_passes']} to {int(c['max_pass_rate'] * k)} passes of {k}); "
             f"mean pass rate {pct(_mean_rate(res['rates_before']))}% → {pct(_mean_rate(res['rates_after']))}%.", "",
             "| passes out of k | " + " | ".join(map(str, range(k + 1))) + " |", "|---|" + "---:|" * (k + 1),
             "| SFT | " + " | ".join(map(str, hist(res["rates_before"]))) + " |",
