@@ -79,7 +79,8 @@ def ladder_run(rd: Path, a):
     from coa_lib.mas import TeacherConfig
     from coa_lib.run import Run
     return Run(rd, a.profile, teacher=replace(TeacherConfig.for_profile(a.profile), span_findings=a.span_findings,
-                                              compare_by_code=a.compare_by_code, compare_cue=a.compare_cue))
+                                              compare_by_code=a.compare_by_code, compare_cue=a.compare_cue,
+                                              sentence_kinds=tuple(a.sentence_kind)))
 
 
 def run_rung(a) -> dict:
@@ -120,7 +121,7 @@ def run_rung(a) -> dict:
     res = {"label": a.label, "size": a.size, "base": a.base, "phases": [{"kinds": list(k), "tokens": t} for k, t in phases],
            "rows_cap": a.rows, "obs_weight": a.obs_weight, "config": asdict(cfg), "n_dev_per_kind": a.n_dev,
            "learning_rate": cfg.learning_rate, "minutes_cap": a.minutes, "pretrained": a.pretrained, "span_findings": a.span_findings, "compare_by_code": a.compare_by_code,
-           "compare_cue": a.compare_cue,
+           "compare_cue": a.compare_cue, "sentence_kinds": a.sentence_kind,
            "load_avg_before": os.getloadavg()[0], "curve": [], "phases_done": []}
     out_json = OUT / f"{a.label}.json"
     base, offset = None, 0
@@ -365,6 +366,8 @@ def main():
                     help="SFT rows whose comparisons end with a code step comparing the findings (coa_lib.teacher.plan_steps)")
     ap.add_argument("--compare-cue", action="store_true",
                     help="with --compare-by-code: the program prints its answer after its own words (coa_lib.teacher.comparison_code)")
+    ap.add_argument("--sentence-kind", action="append", default=[], metavar="KIND",
+                    help="with --span-findings: this kind's findings stay the page's sentences (repeatable)")
     ap.add_argument("--plot", action="store_true", help="only plot the saved curves")
     ap.add_argument("--reevaluate", metavar="RUNG", default=None,
                     help="evaluate a finished rung's final model again with today's evaluation settings (e.g. a new turn budget); "

@@ -393,7 +393,7 @@ class MistakeKnobs:
 class TeacherConfig:
     "Sizes and settings of the teacher stage: who plays the team, its limits, how many tasks in flight."
     unkeyed_fields = ("workers", "shard_size")            # tasks in flight, shard size: how fast, not what, the traces are
-    added_fields = {"span_findings": False, "compare_by_code": False, "compare_cue": False}   # at these values fields added later build what was built before them
+    added_fields = {"span_findings": False, "compare_by_code": False, "compare_cue": False, "sentence_kinds": []}   # at these values fields added later build what was built before them
     profile: str = "smoke"
     knobs: MistakeKnobs = field(default_factory=MistakeKnobs)
     limits: MASLimits = field(default_factory=MASLimits)
@@ -406,6 +406,7 @@ class TeacherConfig:
     span_findings: bool = False     # the scripted search agent reports 'Page, span.' (coa_lib.worlds spans), not the page's sentence
     compare_by_code: bool = False   # the scripted planner ends a comparison with a code step that compares the two findings
     compare_cue: bool = False       # ... whose program prints its answer after its own words ('max born: Ann Bo'): the Result line copies from a cue
+    sentence_kinds: tuple[str, ...] = ()   # with span_findings, these kinds' findings stay the page's sentences (e.g. comparison)
 
     @classmethod
     def for_profile(cls, profile: str) -> TeacherConfig:
@@ -415,3 +416,4 @@ class TeacherConfig:
 
     def __post_init__(self):
         if self.compare_cue and not self.compare_by_code: raise ValueError("compare_cue cues the comparison program's output: it needs compare_by_code")
+        if self.sentence_kinds and not self.span_findings: raise ValueError("sentence_kinds keeps some kinds out of span findings: it needs span_findings")
