@@ -373,6 +373,8 @@ def main():
                     help="evaluate a finished rung's final model again with today's evaluation settings (e.g. a new turn budget); "
                          "the old result is kept as final_before")
     a = ap.parse_args()
+    if a.compare_cue and not a.compare_by_code: ap.error("--compare-cue cues the comparison program's output: it needs --compare-by-code")
+    if a.sentence_kind and not a.span_findings: ap.error("--sentence-kind keeps kinds out of span findings: it needs --span-findings")
     OUT.mkdir(parents=True, exist_ok=True)
     if a.reevaluate: reevaluate(a)
     elif not a.plot:
