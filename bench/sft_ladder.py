@@ -74,13 +74,17 @@ def phase_shares(kinds: tuple[str, ...], given: dict[str, float], profile: dict[
     return {k: profile[k] / total for k in kinds if profile.get(k)} if total else None
 
 
+def teacher_config(a):
+    "The profile's teacher with the data styles asked for (its own checks refuse a style without the one it builds on)."
+    from coa_lib.mas import TeacherConfig
+    return replace(TeacherConfig.for_profile(a.profile), span_findings=a.span_findings, compare_by_code=a.compare_by_code,
+                   compare_cue=a.compare_cue, sentence_kinds=tuple(a.sentence_kind))
+
+
 def ladder_run(rd: Path, a):
     "The run whose SFT sets a rung trains on: the profile's, with the teacher's data styles asked for (another data set: keep it in its own run dir)."
-    from coa_lib.mas import TeacherConfig
     from coa_lib.run import Run
-    return Run(rd, a.profile, teacher=replace(TeacherConfig.for_profile(a.profile), span_findings=a.span_findings,
-                                              compare_by_code=a.compare_by_code, compare_cue=a.compare_cue,
-                                              sentence_kinds=tuple(a.sentence_kind)))
+    return Run(rd, a.profile, teacher=teacher_config(a))
 
 
 def run_rung(a) -> dict:
@@ -373,8 +377,8 @@ def main():
                     help="evaluate a finished rung's final model again with today's evaluation settings (e.g. a new turn budget); "
                          "the old result is kept as final_before")
     a = ap.parse_args()
-    if a.compare_cue and not a.compare_by_code: ap.error("--compare-cue cues the comparison program's output: it needs --compare-by-code")
-    if a.sentence_kind and not a.span_findings: ap.error("--sentence-kind keeps kinds out of span findings: it needs --span-findings")
+    try: teacher_config(a)
+    except ValueError as e: ap.error(f"the data-style flags: {e}")
     OUT.mkdir(parents=True, exist_ok=True)
     if a.reevaluate: reevaluate(a)
     elif not a.plot:
