@@ -17,7 +17,7 @@ from .evaluate import eval_tasks, paired_records
 from .format import COA
 from .llm import load_policy
 from .prompts import agent_prompt
-from .rl import RLConfig, pass_rates, select_tasks, train_rl
+from .rl import RLConfig, in_frontier, pass_rates, select_tasks, train_rl
 from .run import Run, as_run
 from .stage_tasks import build_task_splits
 from .stage_sft import eval_records, evaluate_students, sft_student, student_named
@@ -121,9 +121,11 @@ def rl_report(run_dir) -> str:
         if avg: out[-1] += f"; avg@{avg['k']} " + _paired_text(avg["paired"])
         out[-1] += "."
     sel, k, c = res["selection"], res["rates_before"][0]["k"] if res["rates_before"] else 0, res["config"]
+    kept = [j for j in range(k + 1) if in_frontier(j, k, c["max_pass_rate"], c["select_min_passes"])] if k else []   # the rule, as the selection applies it
+    rule = f"{kept[0]} to {kept[-1]} passes of {k}" if kept else "no task passes the rule"
     hist = lambda rows: [sum(r["passes"] == j for r in rows) for j in range(k + 1)]
     out += ["", f"#### Data selection: pass rates of the RL tasks before and after RL ({k} samples each)", "",
-            f"{sel['selected']} of {sel['pool']} training tasks selected ({c['select_min_passes']} to {int(c['max_pass_rate'] * k)} passes of {k}); "
+            f"{sel['selected']} of {sel['pool']} training tasks selected ({rule}); "
             f"mean pass rate {pct(_mean_rate(res['rates_before']))}% → {pct(_mean_rate(res['rates_after']))}%.", "",
             "| passes out of k | " + " | ".join(map(str, range(k + 1))) + " |", "|---|" + "---:|" * (k + 1),
             "| SFT | " + " | ".join(map(str, hist(res["rates_before"]))) + " |",
