@@ -4,7 +4,8 @@ A rung trains one fresh student (`--size`) on the run's CoA SFT set restricted t
 (a curriculum: `--phase multihop:800000 --phase all:1600000` trains 0.8M tokens on multihop rows, then continues on the
 mixture), and evaluates the live model on dev tasks every `--eval-every` tokens (greedy, real tools, the CoA format;
 `--n-dev` tasks per kind of the phase, ≥ 50 per point). `--minutes` caps each phase's training time (evaluation time
-excluded), so rungs of different speeds compare at equal wall-clock cost; every point records its training minutes.
+excluded), so rungs of different speeds compare at equal wall-clock cost; the schedule runs on the larger of steps and
+minutes used, so its decay ends inside the cap (`coa_lib.tuning.WallClockBudget`); every point records its training minutes.
 At the end `--final-n-dev` tasks per kind are evaluated greedily and, with `--avg-k`, sampled k times at
 `--temperature` (avg@k). A rung may start from a pretrained model (`--pretrained smollm2-135m` or any HF path, with
 `--tuning top_layers|lora|full`): the SFT rows are re-rendered in its chat template, its learning rate defaults to
@@ -122,6 +123,9 @@ def run_rung(a) -> dict:
                   warmup_steps=a.warmup, lr_schedule=a.schedule, threads=a.threads, save_steps=10**9,
                   logging_steps=10, obs_weight=a.obs_weight, seed=a.seed, lanes=1,
                   bf16=None if a.bf16 == "auto" else a.bf16 == "on")
+    if a.base_only:               # build the size's base ahead of its rungs (they find it built)
+        print(f"base: {ladder_base(rd, cfg, a)}")
+        return {}
     res = {"label": a.label, "size": a.size, "base": a.base, "phases": [{"kinds": list(k), "tokens": t} for k, t in phases],
            "rows_cap": a.rows, "obs_weight": a.obs_weight, "config": asdict(cfg), "n_dev_per_kind": a.n_dev,
            "learning_rate": cfg.learning_rate, "minutes_cap": a.minutes, "pretrained": a.pretrained, "span_findings": a.span_findings, "compare_by_code": a.compare_by_code,
@@ -176,17 +180,7 @@ def run_rung(a) -> dict:
         res["phases"][i]["kind_shares"] = pcfg.kind_shares
         if base is None and (a.base or a.base_steps):
             from transformers import AutoModelForCausalLM
-            from coa_lib.stage_sft import pretrain_base
-            if a.base_steps:          # the stage's base model at this size (quote and reading rows), built once per size, steps and mix
-                base_seed = a.seed if a.base_seed is None else a.base_seed
-                seeded = f"_seed{base_seed}" if base_seed else ""          # seed 0: the names every earlier rung used
-                quote = rd / "ladder" / f"base_quote_{a.size}_{a.base_steps}{seeded}"
-                name = (f"{quote.name}_reading{a.base_reading:g}x{a.base_reading_steps}" if a.base_reading_steps else
-                        f"base_reading{a.base_reading:g}_{a.size}_{a.base_steps}{seeded}" if a.base_reading else quote.name)
-                a.base = str(pretrain_base(rd, replace(cfg, base_steps=a.base_steps, base_reading_steps=a.base_reading_steps, base_threads=a.threads,
-                                                       seed=base_seed),
-                                           rd / "ladder" / name, quote_dir=quote))
-                res["base"] = a.base
+            if a.base_steps: a.base = res["base"] = str(ladder_base(rd, cfg, a))
             base = AutoModelForCausalLM.from_pretrained(a.base)
         model = build_tiny_qwen2(tok, a.size, seed=a.seed) if base is None else base
         out = rd / "ladder" / a.label / f"phase{i}"
@@ -211,6 +205,18 @@ def run_rung(a) -> dict:
     res["load_avg_after"] = os.getloadavg()[0]
     atomic_write_json(out_json, res)
     return res
+
+
+def ladder_base(rd: Path, cfg, a) -> Path:
+    "The stage's base model at `a.size` (quote rows, then reading rows with `--base-reading`), built once per size, steps, mix and seed."
+    from coa_lib.stage_sft import pretrain_base
+    base_seed = a.seed if a.base_seed is None else a.base_seed
+    seeded = f"_seed{base_seed}" if base_seed else ""          # seed 0: the names every earlier rung used
+    quote = rd / "ladder" / f"base_quote_{a.size}_{a.base_steps}{seeded}"
+    name = (f"{quote.name}_reading{a.base_reading:g}x{a.base_reading_steps}" if a.base_reading_steps else
+            f"base_reading{a.base_reading:g}_{a.size}_{a.base_steps}{seeded}" if a.base_reading else quote.name)
+    return pretrain_base(rd, replace(cfg, base_steps=a.base_steps, base_reading_steps=a.base_reading_steps, base_threads=a.threads, seed=base_seed),
+                         rd / "ladder" / name, quote_dir=quote)
 
 
 def reevaluate(a) -> dict:
@@ -349,7 +355,7 @@ def main():
     ap.add_argument("--base", default=None, help="start from this saved model (e.g. a pretrained one) instead of a fresh --size model")
     ap.add_argument("--base-steps", type=int, default=0, help="start from the stage's base model (coa_lib.stage_sft.pretrain_base) with these quote steps")
     ap.add_argument("--continues", default=None, help="go on training this rung's final model (its tokens seen carry over)")
-    ap.add_argument("--minutes", type=float, default=None, help="cap each phase's training at this many minutes (evaluation excluded)")
+    ap.add_argument("--minutes", type=float, default=None, help="cap each phase's training at this many minutes (evaluation excluded); the schedule decays within the cap")
     ap.add_argument("--pretrained", default=None, help="start from a pretrained model: a coa_lib.pretrained.WHEEL_MODELS name or an HF path")
     ap.add_argument("--tuning", default="full", choices=[t.value for t in Tuning])
     ap.add_argument("--train-layers", type=int, default=6)
@@ -372,6 +378,7 @@ def main():
                     help="with --compare-by-code: the program prints its answer after its own words (coa_lib.teacher.comparison_code)")
     ap.add_argument("--sentence-kind", action="append", default=[], metavar="KIND",
                     help="with --span-findings: this kind's findings stay the page's sentences (repeatable)")
+    ap.add_argument("--base-only", action="store_true", help="with --base-steps: only build the base of --size (quote, and reading with --base-reading)")
     ap.add_argument("--plot", action="store_true", help="only plot the saved curves")
     ap.add_argument("--reevaluate", metavar="RUNG", default=None,
                     help="evaluate a finished rung's final model again with today's evaluation settings (e.g. a new turn budget); "
@@ -382,7 +389,8 @@ def main():
     OUT.mkdir(parents=True, exist_ok=True)
     if a.reevaluate: reevaluate(a)
     elif not a.plot:
-        if not a.label or not a.phase: raise SystemExit("--label and at least one --phase are needed")
+        if a.base_only and not a.base_steps: raise SystemExit("--base-only builds the base of --base-steps steps: give them")
+        if not a.base_only and (not a.label or not a.phase): raise SystemExit("--label and at least one --phase are needed")
         run_rung(a)
     plot(sorted(OUT.glob("*.json")), OUT / "ladder.png")
     write_table(OUT, OUT / "ladder.md")

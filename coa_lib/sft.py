@@ -120,7 +120,7 @@ class SFTStageConfig:
     tuning: Tuning = Tuning.FULL    # which weights train (coa_lib.tuning): full, top_layers or lora
     train_layers: int = 6           # Tuning.TOP_LAYERS: how many of the last decoder layers train
     lora_r: int = 16; lora_alpha: int = 32   # Tuning.LORA: adapter rank and scale
-    max_minutes: float | None = None  # a wall-clock cap on each training run (the token budget stays the upper bound)
+    max_minutes: float | None = None  # a wall-clock cap on each training run; its schedule decays within it (coa_lib.tuning.WallClockBudget)
     eval_dtype: str | None = None   # the students' dtype in evaluation ("bfloat16" halves a big model's time); None: as saved
 
     def __post_init__(self):

@@ -14,7 +14,8 @@ IGNORE = -100   # the label of a token that gets no loss (as in coa_lib.sft)
 
 # %% auto #0
 __all__ = ['IGNORE', 'DEFAULT_LR', 'Tuning', 'decoder_layers', 'freeze_below', 'add_lora', 'prepare_for_tuning', 'is_peft',
-           'merged', 'trainable_parameters', 'default_lr', 'WallClockBudget', 'trained_positions_loss']
+           'merged', 'trainable_parameters', 'default_lr', 'WallClockBudget', 'clock_schedule',
+           'trained_positions_loss']
 
 # %% ../nbs/09a_tuning.ipynb #a237428b
 class Tuning(str, Enum):
@@ -81,22 +82,34 @@ def default_lr(pretrained: bool, tuning: Tuning | str = Tuning.FULL) -> float:
 
 # %% ../nbs/09a_tuning.ipynb #f8073286
 class WallClockBudget(TrainerCallback):
-    "Stops a `Trainer` once `minutes` of training have passed (checked after every optimizer step); time given to `exclude` does not count."
-    def __init__(self, minutes: float):
+    "Stops a `Trainer` once `minutes` of training have passed (checked after every optimizer step); time given to `exclude` does not count. With `anneal`, its learning-rate schedule runs on the larger of steps and time used."
+    def __init__(self, minutes: float, anneal: bool = True):
         if minutes <= 0: raise ValueError(f"a wall-clock budget must be positive, got {minutes} minutes")
-        self.seconds, self.start, self.excluded, self.stopped_at_step = minutes * 60.0, None, 0.0, None
+        self.seconds, self.start, self.excluded, self.stopped_at_step, self.anneal = minutes * 60.0, None, 0.0, None, anneal
     def exclude(self, seconds: float) -> None:
         "Leave `seconds` (an evaluation inside training, say) out of the budget."
         self.excluded += seconds
     def elapsed(self) -> float:
         "Seconds of training so far (excluded time left out)."
         return 0.0 if self.start is None else time.perf_counter() - self.start - self.excluded
-    def on_train_begin(self, args, state, control, **kw): self.start = time.perf_counter()
+    def fraction(self) -> float:
+        "The share of the budget used so far."
+        return self.elapsed() / self.seconds
+    def on_train_begin(self, args, state, control, lr_scheduler=None, **kw):
+        self.start = time.perf_counter()
+        if self.anneal and lr_scheduler is not None: clock_schedule(lr_scheduler, self, state.max_steps)
     def on_step_end(self, args, state, control, **kw):
         if self.start is not None and self.elapsed() >= self.seconds:
             control.should_training_stop = control.should_save = True
             self.stopped_at_step = state.global_step
         return control
+
+def clock_schedule(scheduler: torch.optim.lr_scheduler.LambdaLR, budget: WallClockBudget, total_steps: int) -> None:
+    "Make a step-based `LambdaLR` schedule of `total_steps` run on the larger of its step and `budget`'s share of time used, in steps."
+    if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+        raise TypeError(f"a wall-clock schedule needs a LambdaLR (every transformers schedule is one), got {type(scheduler).__name__}")
+    clocked = lambda step: max(step, min(total_steps, round(budget.fraction() * total_steps)))
+    scheduler.lr_lambdas = [lambda step, f=f: f(clocked(step)) for f in scheduler.lr_lambdas]
 
 # %% ../nbs/09a_tuning.ipynb #c5776ddf
 def trained_positions_loss(model, inputs: dict, num_items_in_batch=None) -> torch.Tensor:
