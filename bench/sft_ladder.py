@@ -77,9 +77,9 @@ def phase_shares(kinds: tuple[str, ...], given: dict[str, float], profile: dict[
 
 def teacher_config(a):
     "The profile's teacher with the data styles asked for (its own checks refuse a style without the one it builds on)."
-    from coa_lib.mas import TeacherConfig
-    return replace(TeacherConfig.for_profile(a.profile), span_findings=a.span_findings, compare_by_code=a.compare_by_code,
-                   compare_cue=a.compare_cue, sentence_kinds=tuple(a.sentence_kind))
+    from coa_lib.mas import DataStyle, TeacherConfig
+    return replace(TeacherConfig.for_profile(a.profile), style=DataStyle(span_findings=a.span_findings, compare_by_code=a.compare_by_code,
+                                                                        compare_cue=a.compare_cue, sentence_kinds=tuple(a.sentence_kind)))
 
 
 def ladder_run(rd: Path, a):

@@ -15,7 +15,7 @@ from fastcore.basics import patch
 from datasets import Dataset
 from tqdm.auto import tqdm
 
-from .core import Outcome, atomic_write_text, check_profile, full_reward, stable_hash, temp_dir
+from .core import Outcome, atomic_write_text, check_profile, config_json, full_reward, stable_hash, temp_dir
 from .format import close_tag, extract_answer, find_tool_call, format_observation, open_tag, tag_content
 from .llm import Backend
 from .rewards import score
@@ -27,7 +27,7 @@ __all__ = ['RATINGS', 'CRITERIA', 'REPORT_CLOSE', 'ROLE_SPECS', 'MAIN_THREAD_SCO
            'render_prompt', 'Step', 'render_context', 'render_instruction', 'parse_report', 'parse_plan',
            'parse_json_object', 'parse_review', 'parse_verdict', 'AgentCall', 'MASLimits', 'finish_trace', 'MAS',
            'trace_record', 'trace_outcome', 'trace_calls', 'show_trace', 'DeadTools', 'rows_to_dataset', 'run_teacher',
-           'MistakeKnobs', 'TeacherConfig']
+           'MistakeKnobs', 'DataStyle', 'TeacherConfig']
 
 # %% ../nbs/05b_mas.ipynb #99c8f623
 class Role(str, Enum):
@@ -389,11 +389,24 @@ class MistakeKnobs:
         "A teacher that never errs (and never skips a check)."
         return cls(0.0, 0.0, 0.0, 0.0, 1.0, 0.0)
 
+@dataclass(frozen=True)
+class DataStyle:
+    "How the scripted teacher writes what students learn from; each option is off by default (the original style)."
+    span_findings: bool = False     # the search agent reports 'Page, span.' (coa_lib.worlds spans), not the page's sentence
+    compare_by_code: bool = False   # the planner ends a comparison with a code step that compares the two findings
+    compare_cue: bool = False       # ... whose program prints its answer after its own words ('max born: Ann Bo'): the Result line copies from a cue
+    sentence_kinds: tuple[str, ...] = ()   # with span_findings, these kinds' findings stay the page's sentences (e.g. comparison)
+
+    def __post_init__(self):
+        object.__setattr__(self, "sentence_kinds", tuple(self.sentence_kinds))
+        if self.compare_cue and not self.compare_by_code: raise ValueError("compare_cue cues the comparison program's output: it needs compare_by_code")
+        if self.sentence_kinds and not self.span_findings: raise ValueError("sentence_kinds keeps some kinds out of span findings: it needs span_findings")
+
 @dataclass
 class TeacherConfig:
     "Sizes and settings of the teacher stage: who plays the team, its limits, how many tasks in flight."
     unkeyed_fields = ("workers", "shard_size")            # tasks in flight, shard size: how fast, not what, the traces are
-    added_fields = {"span_findings": False, "compare_by_code": False, "compare_cue": False, "sentence_kinds": []}   # at these values fields added later build what was built before them
+    added_fields = {"style": config_json(DataStyle())}   # at this value a field added later builds what was built before it
     profile: str = "smoke"
     knobs: MistakeKnobs = field(default_factory=MistakeKnobs)
     limits: MASLimits = field(default_factory=MASLimits)
@@ -403,17 +416,10 @@ class TeacherConfig:
     seed: int = 0
     endpoint: str | None = None     # an OpenAI-compatible base URL (vLLM, SGLang, coa_lib.serve) whose model plays the team
     endpoint_model: str = ""        # the model name the endpoint serves; with no endpoint, the scripted teacher plays
-    span_findings: bool = False     # the scripted search agent reports 'Page, span.' (coa_lib.worlds spans), not the page's sentence
-    compare_by_code: bool = False   # the scripted planner ends a comparison with a code step that compares the two findings
-    compare_cue: bool = False       # ... whose program prints its answer after its own words ('max born: Ann Bo'): the Result line copies from a cue
-    sentence_kinds: tuple[str, ...] = ()   # with span_findings, these kinds' findings stay the page's sentences (e.g. comparison)
+    style: DataStyle = field(default_factory=DataStyle)   # how the scripted teacher writes (an LLM team writes as it does)
 
     @classmethod
     def for_profile(cls, profile: str) -> TeacherConfig:
         "Smoke: the smoke task splits (a few dozen tasks); full: every full training task (~20,000), larger shards."
         check_profile(profile)
         return cls(profile=profile, shard_size=64 if profile == "smoke" else 512, workers=2 if profile == "smoke" else 4)
-
-    def __post_init__(self):
-        if self.compare_cue and not self.compare_by_code: raise ValueError("compare_cue cues the comparison program's output: it needs compare_by_code")
-        if self.sentence_kinds and not self.span_findings: raise ValueError("sentence_kinds keeps some kinds out of span findings: it needs span_findings")

@@ -27,7 +27,7 @@ def _teacher_stage(run: Run, name: str, split_names: Sequence[str], progress: bo
     def build(path: Path):
         splits = build_task_splits(run.dir, run.tasks)
         tasks = concatenate_datasets([splits[s] for s in split_names])
-        backend = OpenAIBackend(cfg.endpoint, cfg.endpoint_model) if cfg.endpoint else scripted_backend(tasks, cfg.knobs, cfg.seed, cfg.span_findings, cfg.compare_by_code, cfg.compare_cue, cfg.sentence_kinds)
+        backend = OpenAIBackend(cfg.endpoint, cfg.endpoint_model) if cfg.endpoint else scripted_backend(tasks, cfg.knobs, cfg.seed, cfg.style)
         ds = run_teacher(tasks, backend, student_tokenizer(run),
                          limits=cfg.limits, run_dir=run.dir, name=name, workers=cfg.workers, shard_size=cfg.shard_size,
                          progress=progress)

@@ -11,7 +11,7 @@ from typing import Callable, Iterable
 from .core import task_meta
 from .format import parse_coa
 from .llm import ScriptedBackend
-from .mas import CRITERIA, MistakeKnobs, Role
+from .mas import CRITERIA, DataStyle, MistakeKnobs, Role
 from .rewards import check_24, score
 from .tokenizer import IM_END, IM_START
 
@@ -425,15 +425,13 @@ def prompt_rng(seed: int, prompt: str) -> random.Random:
     return random.Random(int(hashlib.sha1(f"{seed}|{prompt}".encode()).hexdigest()[:16], 16))
 
 class ScriptedTeacher:
-    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure (`span_findings`: see `finding`, except for the kinds in `sentence_kinds`; `compare_by_code`: see `plan_steps`; `compare_cue`: see `comparison_code`)."
-    def __init__(self, tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, span_findings: bool = False,
-                 compare_by_code: bool = False, compare_cue: bool = False, sentence_kinds: Iterable[str] = ()):
+    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure in the data `style` (`DataStyle`: `span_findings`, see `finding`; `compare_by_code`, see `plan_steps`; `compare_cue`, see `comparison_code`)."
+    def __init__(self, tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, style: DataStyle = DataStyle()):
         self.knobs, self.seed, self.registry = knobs or MistakeKnobs(), seed, task_registry(tasks)
-        sentence_kinds = frozenset(sentence_kinds)
-        search = lambda task, *a: search_policy(task, *a, span_findings=span_findings and task["kind"] not in sentence_kinds)
+        search = lambda task, *a: search_policy(task, *a, span_findings=style.span_findings and task["kind"] not in style.sentence_kinds)
         self.policies = {**ROLE_POLICIES, Role.SEARCH.value: search,
-                         Role.PLANNER.value: functools.partial(planner_policy, compare_by_code=compare_by_code),
-                         Role.CODE.value: functools.partial(code_policy, compare_cue=compare_cue)}
+                         Role.PLANNER.value: functools.partial(planner_policy, compare_by_code=style.compare_by_code),
+                         Role.CODE.value: functools.partial(code_policy, compare_cue=style.compare_cue)}
 
     def __call__(self, prompt: str) -> str:
         p = read_prompt(prompt)
@@ -444,7 +442,6 @@ class ScriptedTeacher:
         return policy(task, p, prompt_rng(self.seed, prompt), self.knobs)
 
 # %% ../nbs/05a_scripted_teacher.ipynb #efd5999b
-def scripted_backend(tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, span_findings: bool = False,
-                     compare_by_code: bool = False, compare_cue: bool = False, sentence_kinds: Iterable[str] = ()) -> ScriptedBackend:
+def scripted_backend(tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, style: DataStyle = DataStyle()) -> ScriptedBackend:
     "The scripted teacher of `tasks` as a `Backend` (what `coa_lib.mas.run_teacher` runs offline)."
-    return ScriptedBackend(ScriptedTeacher(tasks, knobs, seed, span_findings, compare_by_code, compare_cue, sentence_kinds))
+    return ScriptedBackend(ScriptedTeacher(tasks, knobs, seed, style))
