@@ -97,7 +97,9 @@ class WallClockBudget(TrainerCallback):
         return self.elapsed() / self.seconds
     def on_train_begin(self, args, state, control, lr_scheduler=None, **kw):
         self.start = time.perf_counter()
-        if self.anneal and lr_scheduler is not None: clock_schedule(lr_scheduler, self, state.max_steps)
+        if self.anneal:
+            if lr_scheduler is None: raise ValueError("an annealing wall-clock budget needs the trainer's lr_scheduler (or pass anneal=False)")
+            clock_schedule(lr_scheduler, self, state.max_steps)
     def on_step_end(self, args, state, control, **kw):
         if self.start is not None and self.elapsed() >= self.seconds:
             control.should_training_stop = control.should_save = True

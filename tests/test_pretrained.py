@@ -86,6 +86,16 @@ def test_wall_clock_budget_stops_training(tok, tmp_path):
     assert (out / "model.safetensors").is_file()
 
 
+def test_wall_clock_budget_anneals_the_schedule(tok, tmp_path):
+    "Stopped by the clock long before its 2,000 planned steps, a linear schedule has still decayed to about 0."
+    cfg = SFTStageConfig(max_steps=2000, batch_size=1, max_len=512, warmup_steps=0, save_steps=10**6, logging_steps=1, bf16=False,
+                         lr_schedule="linear", lr=1e-3, max_minutes=0.05)
+    out = train_sft(rows_for(tok, 200), build_tiny_qwen2(tok, "nano", seed=0), tmp_path / "anneal", cfg, tokenizer=tok)
+    steps, rates = built_record(out)["global_step"], [h["learning_rate"] for h in json.loads((out / "loss_history.json").read_text())]
+    assert steps < 1000, f"the budget should stop training long before the planned steps, stopped at {steps}"
+    assert rates[-1] < 0.1e-3 < 0.5e-3 < 1e-3 * (1 - steps / 2000), (steps, rates[-3:])   # step-based, the rate would still be near 1e-3
+
+
 def test_learning_rate_follows_the_base_kind():
     assert SFTStageConfig.for_profile("full").learning_rate == 1e-3               # from scratch, as the ladder chose
     assert SFTStageConfig(base="smollm2-135m").learning_rate < 1e-3               # never the from-scratch rate for a pretrained base
