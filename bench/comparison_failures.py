@@ -12,7 +12,7 @@ read, a student deciding at chance is right about half the time.
 Writes bench/results/<out>.json with the counts and every failed episode's cause.
 """
 from __future__ import annotations
-import argparse, json, re, time
+import re, time
 from collections import Counter
 from pathlib import Path
 
@@ -29,28 +29,11 @@ def diagnose(trajectory: str, answer: str | None, path: list[dict], names: list[
 
 
 def main():
-    import torch
-    from coa_lib.core import atomic_write_json, resolve_run_dir, task_meta
-    from coa_lib.evaluate import eval_tasks, evaluate
-    from coa_lib.llm import load_policy
-    from coa_lib.sft import SFTStageConfig
-    from coa_lib.stage_tasks import build_task_splits, student_tokenizer
-    from coa_lib.tasks import TaskConfig
-    from sft_ladder import final_phase
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--run-dir", required=True, help="the rung's run dir (its dev split and tokenizer)")
-    ap.add_argument("--rung", required=True, help="a finished rung: its final model is run_dir/ladder/<rung>/phase<last>")
-    ap.add_argument("--n-dev", type=int, default=50, help="comparison dev tasks")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", required=True, help="name of the JSON under bench/results/")
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    rd = resolve_run_dir(a.run_dir)
-    model = final_phase(rd, a.rung)
-    tasks = {t["id"]: t for t in eval_tasks(build_task_splits(rd, TaskConfig.for_profile("full"))["dev"], a.n_dev, ("comparison",))}
+    from coa_lib.core import atomic_write_json, task_meta
+    from sft_ladder import episode_args, rung_episodes
+    a = episode_args(__doc__, "comparison").parse_args()
     t0 = time.perf_counter()
-    metrics, records = evaluate(load_policy(str(model), student_tokenizer(rd, "full")), list(tasks.values()), fmt="coa",
-                                progress=False, limits=SFTStageConfig.for_profile("full").limits)
+    rd, model, tasks, metrics, records = rung_episodes(a, "comparison")
     table, failed = Counter(), []
     for r in records:
         task = tasks[r["task_id"]]; meta = task_meta(task)

@@ -47,6 +47,35 @@ def final_phase(run_dir: Path, label: str) -> Path:
     return phases[-1]
 
 
+def episode_args(doc: str, kind: str):
+    "The arguments of a script that reads a finished rung's greedy episodes of one `kind` (`rung_episodes`)."
+    import argparse
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run-dir", required=True, help="the rung's run dir (its dev split and tokenizer)")
+    ap.add_argument("--rung", required=True, help="a finished rung: its final model is run_dir/ladder/<rung>/phase<last>")
+    ap.add_argument("--n-dev", type=int, default=50, help=f"{kind} dev tasks")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", required=True, help="name of the JSON under bench/results/")
+    return ap
+
+
+def rung_episodes(a, kind: str) -> tuple[Path, Path, dict[str, dict], dict, list[dict]]:
+    "A finished rung's greedy episodes on `a.n_dev` dev tasks of `kind`: (run dir, final model, tasks by id, metrics, records)."
+    from coa_lib.core import resolve_run_dir
+    from coa_lib.evaluate import eval_tasks, evaluate
+    from coa_lib.llm import load_policy
+    from coa_lib.sft import SFTStageConfig
+    from coa_lib.stage_tasks import build_task_splits, student_tokenizer
+    from coa_lib.tasks import TaskConfig
+    torch.set_num_threads(a.threads)
+    rd = resolve_run_dir(a.run_dir)
+    model = final_phase(rd, a.rung)
+    tasks = {t["id"]: t for t in eval_tasks(build_task_splits(rd, TaskConfig.for_profile("full"))["dev"], a.n_dev, (kind,))}
+    metrics, records = evaluate(load_policy(str(model), student_tokenizer(rd, "full")), list(tasks.values()), fmt="coa",
+                                progress=False, limits=SFTStageConfig.for_profile("full").limits)
+    return rd, model, tasks, metrics, records
+
+
 def parse_phase(spec: str) -> tuple[tuple[str, ...], int]:
     "'multihop,math:800000' -> (('multihop', 'math'), 800000); 'all' means every kind."
     from coa_lib.core import TASK_KINDS
