@@ -32,10 +32,11 @@ from .teacher import scripted_backend
 from .tokenizer import load_tokenizer, world_pages
 
 # %% auto #0
-__all__ = ['STUDENTS', 'GAME24_PAPER', 'base_rows', 'pretrain_base', 'sft_base_record', 'Student', 'run_in_lanes',
-           'starting_model', 'rows_for_tokenizer', 'train_student', 'student_named', 'train_plan', 'train_students',
-           'sft_student', 'evaluation_key', 'evaluate_student', 'evaluate_students', 'sft_eval_name', 'eval_records',
-           'held_out_dev_rows', 'sft_test_results', 'sft_game24', 'memorisation_gap', 'sft_report', 'run_sft_stage']
+__all__ = ['STUDENTS', 'GAME24_PAPER', 'base_rows', 'quote_phase_dir', 'pretrain_base', 'sft_base_record', 'Student',
+           'run_in_lanes', 'starting_model', 'rows_for_tokenizer', 'train_student', 'student_named', 'train_plan',
+           'train_students', 'sft_student', 'evaluation_key', 'evaluate_student', 'evaluate_students', 'sft_eval_name',
+           'eval_records', 'held_out_dev_rows', 'sft_test_results', 'sft_game24', 'memorisation_gap', 'sft_report',
+           'run_sft_stage']
 
 # %% ../nbs/09_sft.ipynb #4448bc73
 def base_rows(train: Dataset, n: int, reading: float, max_worlds: int, seed: int) -> list[dict]:
@@ -51,12 +52,16 @@ def _base_phase_config(cfg: SFTStageConfig, steps: int) -> SFTStageConfig:
     return replace(cfg, kind_shares=None, batch_size=cfg.base_batch, lr=cfg.base_lr, max_steps=steps, max_len=512, obs_weight=0.0,
                    lr_schedule="constant_with_warmup", warmup_steps=min(50, steps // 10), threads=cfg.base_threads or os.cpu_count())
 
+def quote_phase_dir(out_dir: Path) -> Path:
+    "Where a curriculum base at `out_dir` keeps its quote phase unless told otherwise."
+    return out_dir.with_name(out_dir.name + "_quote")
+
 def pretrain_base(run: Run | str | os.PathLike | None, cfg: SFTStageConfig, out_dir=None, quote_dir=None) -> Path:
     "The students' common base (`out_dir`, default `run_dir/sft/base`): a fresh `cfg.size` model pretrained to quote (and read) the training worlds' pages."
     run = as_run(run, cfg.profile)
     out_dir = Path(out_dir) if out_dir is not None else run.dir / "sft" / "base"
     if cfg.base_reading_steps:        # the curriculum: the quote base (`quote_dir`, default `<out_dir>_quote`), then reading rows mixed in
-        quote = pretrain_base(run, replace(cfg, base_reading=0.0, base_reading_steps=0), quote_dir or out_dir.with_name(out_dir.name + "_quote"))
+        quote = pretrain_base(run, replace(cfg, base_reading=0.0, base_reading_steps=0), quote_dir or quote_phase_dir(out_dir))
         phase, start, n, seed = _base_phase_config(cfg, cfg.base_reading_steps), str(quote), cfg.base_reading_steps, cfg.seed + 1   # other quote rows
     else: phase, start, n, seed = _base_phase_config(cfg, cfg.base_steps), None, cfg.base_steps, cfg.seed
     key = stable_hash(["sft_base", run.key("tasks_train"), run.key("student_tokenizer"), config_settings(phase)]
@@ -69,15 +74,17 @@ def pretrain_base(run: Run | str | os.PathLike | None, cfg: SFTStageConfig, out_
 
 # %% ../nbs/09_sft.ipynb #71f792ba
 def sft_base_record(run: Run, cfg: SFTStageConfig) -> dict:
-    "The common base (`pretrain_base`, found or trained) and its quote loss on pages of unseen dev worlds, random weights vs base; `sft_base.json`."
+    "The common base (`pretrain_base`, found or trained: its phases' steps, tokens and time) and its quote loss on pages of unseen dev worlds, random weights vs base; `sft_base.json`."
     from transformers import AutoModelForCausalLM
     base_dir = pretrain_base(run, cfg)
-    done, tok = built_record(base_dir), student_tokenizer(run)
+    phases = ([quote_phase_dir(base_dir)] if cfg.base_reading_steps else []) + [base_dir]   # the curriculum's quote phase first
+    records, tok = [built_record(p) for p in phases], student_tokenizer(run)
     dev_quotes = quote_rows(world_pages(build_task_splits(run.dir, run.tasks)["dev"], max_worlds=20), 64, seed=99)
     quote_loss = {"random weights": eval_loss(build_tiny_qwen2(tok, cfg.size, seed=cfg.seed), tok, dev_quotes),
                   "base model": eval_loss(AutoModelForCausalLM.from_pretrained(str(base_dir)), tok, dev_quotes)}
-    out = {"steps": done["global_step"], "tokens_seen": done["tokens_seen"], "wall_s": done["wall_s"], "precision": done["precision"],
-           "dev_quote_loss": quote_loss}
+    total = lambda k: sum(r[k] for r in records)
+    out = {"steps": total("global_step"), "tokens_seen": total("tokens_seen"), "wall_s": total("wall_s"), "precision": records[-1]["precision"],
+           "phase_steps": [r["global_step"] for r in records], "reading_share": cfg.base_reading, "dev_quote_loss": quote_loss}
     atomic_write_json(run.dir / "sft_base.json", out)
     return out
 
@@ -124,7 +131,7 @@ def _module_fn(name: str):
 
 # %% ../nbs/09_sft.ipynb #8cf0db16
 def starting_model(run: Run | str | os.PathLike | None, cfg: SFTStageConfig) -> str | None:
-    "Where the students start: the pretrained `cfg.base` (its checkpoint path), else the run's quote base (`base_steps`), else None (fresh)."
+    "Where the students start: the pretrained `cfg.base` (its checkpoint path), else the run's base (`base_steps` of quoting, then `base_reading_steps`), else None (fresh)."
     if cfg.base is not None: return resolve_base(cfg.base)
     return str(pretrain_base(run, cfg)) if cfg.base_steps else None
 
@@ -310,7 +317,9 @@ def sft_report(run_dir) -> str:
     if (rd / "sft_base.json").exists():
         b = read_json(rd / "sft_base.json"); q = b["dev_quote_loss"]; pr = b["precision"]
         probe = f" (probe: fp32 {pr['fp32_step_s']:.3f} s/step, bf16 {pr['bf16_step_s']:.3f} s/step)" if "fp32_step_s" in pr else ""
-        out += ["", f"Base model (quote pretraining on training-world pages, shared by every student): {b['steps']} steps, "
+        steps = b.get("phase_steps", [b["steps"]])
+        what = (f"{steps[0]} quote steps, then {steps[1]} with {b['reading_share']:.0%} reading rows" if len(steps) == 2 else "quote pretraining")
+        out += ["", f"Base model ({what}, on training-world pages, shared by every student): {b['steps']} steps, "
                     f"{b['tokens_seen']:,} tokens in {b['wall_s']:.0f} s, {'bf16' if pr.get('bf16') else 'fp32'}{probe}; "
                     f"quote loss on pages of unseen dev worlds {q['random weights']:.2f} → {q['base model']:.2f} nats."]
     return "\n".join(out) + "\n"
