@@ -117,6 +117,17 @@ def ladder_run(rd: Path, a):
     return Run(rd, a.profile, teacher=teacher_config(a))
 
 
+def rung_config(a):
+    "A rung's SFT settings: the profile's, with what the rung's arguments set (its base's phases included: the ladder's bases are its own)."
+    from coa_lib.sft import SFTStageConfig
+    return replace(SFTStageConfig.for_profile(a.profile), size=a.size, lr=a.lr, batch_size=a.batch, max_len=a.max_len,
+                   base=a.pretrained, tuning=a.tuning, train_layers=a.train_layers, lora_r=a.lora_r, eval_dtype=a.eval_dtype,
+                   base_reading=a.base_reading, base_reading_steps=a.base_reading_steps,
+                   warmup_steps=a.warmup, lr_schedule=a.schedule, threads=a.threads, save_steps=10**9,
+                   logging_steps=10, obs_weight=a.obs_weight, seed=a.seed, lanes=1,
+                   bf16=None if a.bf16 == "auto" else a.bf16 == "on")
+
+
 def run_rung(a) -> dict:
     from transformers import TrainerCallback
     from coa_lib.core import atomic_write_json, built_record, resolve_run_dir
@@ -125,7 +136,7 @@ def run_rung(a) -> dict:
     from coa_lib.stage_tasks import student_tokenizer
     from coa_lib.evaluate import evaluate
     from coa_lib.evaluate import eval_tasks
-    from coa_lib.sft import copy_token_losses, SFTStageConfig, train_sft
+    from coa_lib.sft import copy_token_losses, train_sft
     from coa_lib.stage_sft import held_out_dev_rows
     from coa_lib.stage_tasks import build_task_splits
     from coa_lib.stage_sft import rows_for_tokenizer
@@ -146,12 +157,7 @@ def run_rung(a) -> dict:
     phases = [parse_phase(p) for p in a.phase]
     shares = parse_shares(a.kind_share)
     if shares and a.own_mix: raise SystemExit("--kind-share and --own-mix exclude each other")
-    cfg = replace(SFTStageConfig.for_profile(a.profile), size=a.size, lr=a.lr, batch_size=a.batch, max_len=a.max_len,
-                  base=a.pretrained, tuning=a.tuning, train_layers=a.train_layers, lora_r=a.lora_r, eval_dtype=a.eval_dtype,
-                  base_reading=a.base_reading,
-                  warmup_steps=a.warmup, lr_schedule=a.schedule, threads=a.threads, save_steps=10**9,
-                  logging_steps=10, obs_weight=a.obs_weight, seed=a.seed, lanes=1,
-                  bf16=None if a.bf16 == "auto" else a.bf16 == "on")
+    cfg = rung_config(a)
     if a.base_only:               # build the size's base ahead of its rungs (they find it built)
         print(f"base: {ladder_base(rd, cfg, a)}")
         return {}
@@ -359,7 +365,8 @@ def plot(paths: list[Path], out: Path, named: tuple[str, ...] = RECIPE_RUNGS) ->
     print(f"wrote {out}")
 
 
-def main():
+def build_parser() -> argparse.ArgumentParser:
+    "The ladder's arguments."
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", default="runs/ladder", help="a run dir with (or to build) the SFT sets at --profile")
     ap.add_argument("--profile", default="full")
@@ -412,6 +419,11 @@ def main():
     ap.add_argument("--reevaluate", metavar="RUNG", default=None,
                     help="evaluate a finished rung's final model again with today's evaluation settings (e.g. a new turn budget); "
                          "the old result is kept as final_before")
+    return ap
+
+
+def main():
+    ap = build_parser()
     a = ap.parse_args()
     try: teacher_config(a)
     except ValueError as e: ap.error(f"the data-style flags: {e}")

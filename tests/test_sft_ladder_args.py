@@ -1,0 +1,33 @@
+"bench/sft_ladder.py: every rung's arguments make a valid SFT config at both profiles, whatever the profile's own base is."
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from sft_ladder import build_parser, rung_config, teacher_config
+
+
+@pytest.mark.parametrize("profile", ["smoke", "full"])
+def test_a_rung_without_a_base_has_no_base_phases(profile):
+    cfg = rung_config(build_parser().parse_args(["--profile", profile, "--label", "r", "--phase", "all:1000"]))
+    assert (cfg.base_reading, cfg.base_reading_steps) == (0.0, 0)          # the ladder's bases are its own arguments
+    assert cfg.size == "nano" and cfg.lanes == 1
+
+
+def test_a_rung_from_the_reading_curriculum():
+    args = ["--label", "r", "--phase", "all:1000", "--base-steps", "2500", "--base-reading", "0.7", "--base-reading-steps", "2000"]
+    cfg = rung_config(build_parser().parse_args(args))
+    assert (cfg.base_reading, cfg.base_reading_steps) == (0.7, 2000)
+
+
+def test_a_reading_curriculum_without_a_share_is_refused():
+    with pytest.raises(ValueError, match="needs a share of reading rows"):
+        rung_config(build_parser().parse_args(["--label", "r", "--phase", "all:1000", "--base-reading-steps", "2000"]))
+
+
+def test_data_style_flags_build_the_teacher_config():
+    a = build_parser().parse_args(["--span-findings", "--sentence-kind", "comparison"])
+    assert teacher_config(a).style.sentence_kinds == ("comparison",)
+    with pytest.raises(ValueError, match="needs compare_by_code"):
+        teacher_config(build_parser().parse_args(["--compare-cue"]))
