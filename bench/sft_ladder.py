@@ -158,9 +158,6 @@ def run_rung(a) -> dict:
     shares = parse_shares(a.kind_share)
     if shares and a.own_mix: raise SystemExit("--kind-share and --own-mix exclude each other")
     cfg = rung_config(a)
-    if a.base_only:               # build the size's base ahead of its rungs (they find it built)
-        print(f"base: {ladder_base(rd, cfg, a)}")
-        return {}
     res = {"label": a.label, "size": a.size, "base": a.base, "phases": [{"kinds": list(k), "tokens": t} for k, t in phases],
            "rows_cap": a.rows, "obs_weight": a.obs_weight, "config": asdict(cfg), "n_dev_per_kind": a.n_dev,
            "learning_rate": cfg.learning_rate, "minutes_cap": a.minutes, "pretrained": a.pretrained, "span_findings": a.span_findings, "compare_by_code": a.compare_by_code,
@@ -427,11 +424,16 @@ def main():
     a = ap.parse_args()
     try: teacher_config(a)
     except ValueError as e: ap.error(f"the data-style flags: {e}")
+    if a.base_only:               # build the size's base ahead of its rungs (they find it built); no SFT sets, no plot
+        if not a.base_steps: raise SystemExit("--base-only builds the base of --base-steps steps: give them")
+        from coa_lib.core import resolve_run_dir
+        torch.set_num_threads(a.threads)
+        print(f"base: {ladder_base(resolve_run_dir(a.run_dir), rung_config(a), a)}")
+        return
     OUT.mkdir(parents=True, exist_ok=True)
     if a.reevaluate: reevaluate(a)
     elif not a.plot:
-        if a.base_only and not a.base_steps: raise SystemExit("--base-only builds the base of --base-steps steps: give them")
-        if not a.base_only and (not a.label or not a.phase): raise SystemExit("--label and at least one --phase are needed")
+        if not a.label or not a.phase: raise SystemExit("--label and at least one --phase are needed")
         run_rung(a)
     plot(sorted(OUT.glob("*.json")), OUT / "ladder.png")
     write_table(OUT, OUT / "ladder.md")
