@@ -8,9 +8,9 @@ base is shared, so the spread measured here is the students' own). The per-task 
 
     python bench/student_seeds.py --run-dir runs/full --seeds 0 1 2
 
-Writes `run_dir/student_seeds.json` (read by the report's claims 5 and 6) and, at the full profile only, a copy in
+Writes `run_dir/student_seeds.json` (read by the report's claims 5 and 6 while its seed-0 students are the run's) and, at the full profile only, a copy in
 bench/results/ (a smoke run's numbers are not findings: they never replace the full run's there). Resumable: a
-trained student or a finished evaluation is found again and not redone.
+trained student or a finished evaluation is found again (an evaluation under its student's training: a retrained student is evaluated anew).
 """
 from __future__ import annotations
 import argparse, json, shutil, statistics, time
@@ -47,9 +47,15 @@ def evaluations(run_dir: Path, profile: str, seed: int, paths: dict[str, Path]) 
     cfg = SFTStageConfig.for_profile(profile)
     tasks = eval_tasks(build_task_splits(run_dir, TaskConfig.for_profile(profile))["test"], cfg.n_eval)
     name = lambda s: sft_eval_name(s) if seed == 0 else f"seeds/seed{seed}/eval/{s}_test"
-    todo = [(paths[s], student_named(s), tasks, name(s)) for s in COMPARED if not (run_dir / name(s) / "metrics.json").exists()]
-    if todo: evaluate_students(todo, run_dir, cfg)
+    evaluate_students([(paths[s], student_named(s), tasks, name(s)) for s in COMPARED], run_dir, cfg)   # found again only under the student's key
     return {s: per_task_correct(eval_records(run_dir, name(s))) for s in COMPARED}
+
+
+def trained_record(run_dir: Path, trained: dict[int, dict[str, Path]]) -> dict[str, dict[str, dict]]:
+    "Which students the file measured: {seed: {student: its path in the run dir and the fingerprint of its training}} (the report uses the file only while seed 0's are the run's)."
+    from coa_lib.core import model_fingerprint
+    return {str(k): {s: {"path": str(Path(p).resolve().relative_to(run_dir.resolve())), "fingerprint": model_fingerprint(p)} for s, p in paths.items()}
+            for k, paths in sorted(trained.items())}
 
 
 def summarize(per_seed: dict[int, dict[str, dict[str, float]]]) -> dict:
@@ -80,7 +86,7 @@ def main():
     for seed in a.seeds:
         per_seed[seed] = evaluations(rd, a.profile, seed, trained[seed])
         print(f"seed {seed}: " + ", ".join(f"{s} {sum(v.values()) / len(v):.3f}" for s, v in per_seed[seed].items()), flush=True)
-    res = {**summarize(per_seed), "profile": a.profile, "wall_s": time.perf_counter() - t0}
+    res = {**summarize(per_seed), "trained": trained_record(rd, trained), "profile": a.profile, "wall_s": time.perf_counter() - t0}
     for k, c in res["comparisons"].items():
         print(f"{k}: {100 * c['diff']:+.1f} points [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}] over {c['n']} tasks, "
               f"sign {c['sign']:+d}, sign test p = {c['sign_test_p']:.2g}")

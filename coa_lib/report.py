@@ -14,11 +14,12 @@ from .core import atomic_write_text, pct, read_json
 # %% auto #0
 __all__ = ['SEEDS_FILE', 'CLAIMS', 'VERDICT_WORDS', 'VERSIONED', 'PLUMBING_PROFILES', 'RESULTS_BEGIN', 'RESULTS_END', 'Claim',
            'verdict', 'afm_token_claim', 'afm_tool_claim', 'afm_accuracy_claim', 'afm_rl_claim', 'paired_evaluations',
-           'student_comparison', 'afm_format_claim', 'afm_filter_claim', 'planner_comparison', 'per_task_mean',
-           'af_flow_grpo_claim', 'af_offline_claim', 'af_budget_claim', 'af_tools_claim', 'af_game24_claim',
-           'collect_claims', 'claims_table', 'claims_summary', 'package_versions', 'stage_markers', 'run_profiles',
-           'run_seeds', 'provenance', 'notebooks_html', 'figure_caption', 'run_figures', 'plumbing_note',
-           'build_report', 'readme_results', 'results_prose', 'check_results_prose', 'update_readme', 'main']
+           'stale_seed_students', 'student_comparison', 'afm_format_claim', 'afm_filter_claim', 'planner_comparison',
+           'per_task_mean', 'af_flow_grpo_claim', 'af_offline_claim', 'af_budget_claim', 'af_tools_claim',
+           'af_game24_claim', 'collect_claims', 'claims_table', 'claims_summary', 'package_versions', 'stage_markers',
+           'run_profiles', 'run_seeds', 'provenance', 'notebooks_html', 'figure_caption', 'run_figures',
+           'plumbing_note', 'build_report', 'readme_results', 'results_prose', 'check_results_prose', 'update_readme',
+           'main']
 
 # %% ../nbs/14c_report.ipynb #da1de360
 @dataclass(frozen=True)
@@ -89,15 +90,26 @@ def paired_evaluations(rd: Path, a: str, b: str) -> dict:
         if not path.exists(): raise FileNotFoundError(2, "no evaluation records", str(path))   # errno 2: ENOENT
     return paired_records(*(load_from_disk(str(p)) for p in paths))
 
+def stale_seed_students(rd: Path, seeds: dict) -> list[str]:
+    "The seed-0 students of a seeds file that are not the run's models at their path now (retrained since, or never recorded): its numbers measured other students."
+    from coa_lib.core import model_fingerprint
+    trained = seeds.get("trained", {}).get("0")
+    if not trained: return ["(no record of which students it measured)"]
+    return [name for name, t in trained.items() if model_fingerprint(rd / t["path"]) != t["fingerprint"]]
+
 def student_comparison(rd: Path, a: str, b: str) -> tuple[dict, str, str]:
-    "(paired comparison of SFT students `a` − `b` on the same test tasks, what it averages over, its source): over seeds when the run has `student_seeds.json`, else over one run's test records."
+    "(paired comparison of SFT students `a` − `b` on the same test tasks, what it averages over, its source): over seeds when the run has a `student_seeds.json` of its own students, else over one run's test records."
+    note = ""
     if (rd / SEEDS_FILE).exists():
         s = read_json(rd / SEEDS_FILE); st = s["students"]
-        over = f"mean of {len(s['seeds'])} seeds: {a} {pct(st[a]['mean'])} ± {pct(st[a]['sd'])}, {b} {pct(st[b]['mean'])} ± {pct(st[b]['sd'])}%"
-        return s["comparisons"][f"{a}-{b}"], over, SEEDS_FILE
+        stale = stale_seed_students(rd, s)
+        if not stale:
+            over = f"mean of {len(s['seeds'])} seeds: {a} {pct(st[a]['mean'])} ± {pct(st[a]['sd'])}, {b} {pct(st[b]['mean'])} ± {pct(st[b]['sd'])}%"
+            return s["comparisons"][f"{a}-{b}"], over, SEEDS_FILE
+        note = f" ({SEEDS_FILE} measured other students than this run's: {', '.join(stale)}; not used)"
     from coa_lib.stage_sft import sft_eval_name
     c = paired_evaluations(rd, sft_eval_name(a), sft_eval_name(b))
-    return c, f"one run, one seed: {a} {pct(c['mean_a'])}%, {b} {pct(c['mean_b'])}%", f"{sft_eval_name(a)} + {sft_eval_name(b)}"
+    return c, f"one run, one seed: {a} {pct(c['mean_a'])}%, {b} {pct(c['mean_b'])}%{note}", f"{sft_eval_name(a)} + {sft_eval_name(b)}"
 
 def _paired(c: dict) -> str:
     lo, hi = c["ci95"]

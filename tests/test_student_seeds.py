@@ -2,7 +2,7 @@
 import importlib.util
 from pathlib import Path
 
-from coa_lib.core import done_marker, read_json
+from coa_lib.core import done_marker, mark_built, read_json, training_record
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "student_seeds.py"
 
@@ -24,3 +24,24 @@ def test_seeds_share_the_stage_base_and_leave_it_alone(tmp_path):
     assert done_marker(base).stat().st_mtime_ns == stamp and read_json(done_marker(base)) == record
     assert again[1] == trained[1] and set(again[2]) == set(bench.COMPARED)
     assert not (tmp_path / "seeds" / "seed1" / "base").exists()
+
+
+def test_a_retrained_student_is_evaluated_anew_and_the_report_drops_a_stale_file(tmp_path):
+    bench = _bench()
+    from coa_lib.report import stale_seed_students
+    trained = bench.seed_students(tmp_path, "smoke", [0, 1])
+    metrics = lambda s: tmp_path / "seeds" / "seed1" / "eval" / f"{s}_test" / "metrics.json"
+    first = bench.evaluations(tmp_path, "smoke", 1, trained[1])
+    stamps = {s: metrics(s).stat().st_mtime_ns for s in bench.COMPARED}
+    assert bench.evaluations(tmp_path, "smoke", 1, trained[1]) == first                  # found again: nothing re-run
+    assert {s: metrics(s).stat().st_mtime_ns for s in bench.COMPARED} == stamps
+    record = bench.trained_record(tmp_path, trained)
+    assert record["0"]["coa"]["path"] == "sft/coa" and stale_seed_students(tmp_path, {"trained": record}) == []
+    coa1 = trained[1]["coa"]                                                               # seed 1's CoA student "retrained": another record
+    mark_built(coa1, {**training_record(coa1), "steps": -1})
+    bench.evaluations(tmp_path, "smoke", 1, trained[1])
+    assert metrics("coa").stat().st_mtime_ns != stamps["coa"]                            # its old evaluation is not reused
+    assert metrics("react").stat().st_mtime_ns == stamps["react"]
+    coa0 = trained[0]["coa"]                                                               # the run's own CoA student retrained: the file is stale
+    mark_built(coa0, {**training_record(coa0), "steps": -1})
+    assert stale_seed_students(tmp_path, {"trained": record}) == ["coa"]
