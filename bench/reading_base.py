@@ -3,6 +3,8 @@
 Quote loss: nats per completion token of `coa_lib.sft.quote_rows` on dev-world pages (can it copy a cued span?).
 Reading accuracy: greedy `coa_lib.reading.reading_accuracy` on reading rows of dev worlds (given pages and a question about
 one relation of one entity, does it write the sentence that states it and the right answer, or "not found"?).
+Comparison accuracy: the same on comparison rows of dev worlds (two entities' pages and a comparison question: does it
+state both values and name the one the question picks?).
 
     python bench/reading_base.py --run-dir runs/ladder --base quote_tiny=runs/ladder/ladder/base_quote_tiny_2500 \\
         --base reading_tiny=runs/ladder/ladder/base_reading0.5_tiny_2500
@@ -18,7 +20,7 @@ import torch
 OUT = Path(__file__).resolve().parent / "results" / "reading_base.json"
 
 
-def measure(path: str, dev_split, n_quote: int, n_read: int, seed: int) -> dict:
+def measure(path: str, dev_split, n_quote: int, n_read: int, seed: int, n_compare: int = 0) -> dict:
     "Quote loss and reading accuracy of the model saved at `path`, on the dev split's worlds."
     from coa_lib.llm import load_policy
     from coa_lib.reading import reading_accuracy, reading_rows, task_worlds
@@ -30,6 +32,9 @@ def measure(path: str, dev_split, n_quote: int, n_read: int, seed: int) -> dict:
     reading = reading_rows(task_worlds(dev_split, max_worlds=50), n_read, seed=seed)
     out = {"path": str(path), "quote_loss": eval_loss(policy.model, policy.tokenizer, quotes), "n_quote_rows": n_quote,
            **{f"reading_{k}": v for k, v in reading_accuracy(policy, reading).items()}}
+    if n_compare:
+        compared = reading_rows(task_worlds(dev_split, max_worlds=50), n_compare, seed=seed, compare=1.0)
+        out["comparison_accuracy"], out["n_compare_rows"] = reading_accuracy(policy, compared)["comparison_accuracy"], n_compare
     out["seconds"] = time.perf_counter() - t0
     from coa_lib.core import built_record
     if (done := built_record(path)) is not None: out["trained"] = {k: done.get(k) for k in ("global_step", "tokens_seen", "wall_s")}
@@ -43,6 +48,7 @@ def main():
     ap.add_argument("--base", action="append", default=[], help="LABEL=PATH of a saved base model, repeatable")
     ap.add_argument("--n-quote", type=int, default=200)
     ap.add_argument("--n-read", type=int, default=300)
+    ap.add_argument("--n-compare", type=int, default=200, help="comparison rows (0: none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
@@ -56,11 +62,12 @@ def main():
     for spec in a.base:
         label, sep, path = spec.partition("=")
         if not sep or not Path(path).is_dir(): raise SystemExit(f"--base {spec!r}: expected LABEL=PATH of a saved model directory")
-        r = measure(path, dev, a.n_quote, a.n_read, a.seed)
+        r = measure(path, dev, a.n_quote, a.n_read, a.seed, a.n_compare)
         r["load_avg"] = os.getloadavg()[0]
         results[label] = r
         print(f"{label}: quote loss {r['quote_loss']:.3f}  reading {r['reading_accuracy']:.3f} "
-              f"(found {r['reading_found_accuracy']:.3f}, not found {r['reading_not_found_accuracy']})", flush=True)
+              f"(found {r['reading_found_accuracy']:.3f}, not found {r['reading_not_found_accuracy']})"
+              + (f"  comparison {r['comparison_accuracy']:.3f}" if a.n_compare else ""), flush=True)
         atomic_write_json(OUT, results)
 
 

@@ -122,7 +122,7 @@ def rung_config(a):
     from coa_lib.sft import SFTStageConfig
     return replace(SFTStageConfig.for_profile(a.profile), size=a.size, lr=a.lr, batch_size=a.batch, max_len=a.max_len,
                    base=a.pretrained, tuning=a.tuning, train_layers=a.train_layers, lora_r=a.lora_r, eval_dtype=a.eval_dtype,
-                   base_reading=a.base_reading, base_reading_steps=a.base_reading_steps,
+                   base_reading=a.base_reading, base_reading_steps=a.base_reading_steps, base_compare=a.base_compare,
                    warmup_steps=a.warmup, lr_schedule=a.schedule, threads=a.threads, save_steps=10**9,
                    logging_steps=10, obs_weight=a.obs_weight, seed=a.seed, lanes=1,
                    bf16=None if a.bf16 == "auto" else a.bf16 == "on")
@@ -245,8 +245,9 @@ def ladder_base(rd: Path, cfg, a) -> Path:
     base_seed = a.seed if a.base_seed is None else a.base_seed
     seeded = f"_seed{base_seed}" if base_seed else ""          # seed 0: the names every earlier rung used
     quote = rd / "ladder" / f"base_quote_{a.size}_{a.base_steps}{seeded}"
-    name = (f"{quote.name}_reading{a.base_reading:g}x{a.base_reading_steps}" if a.base_reading_steps else
-            f"base_reading{a.base_reading:g}_{a.size}_{a.base_steps}{seeded}" if a.base_reading else quote.name)
+    compare = f"_cmp{a.base_compare:g}" if a.base_compare else ""
+    name = (f"{quote.name}_reading{a.base_reading:g}x{a.base_reading_steps}{compare}" if a.base_reading_steps else
+            f"base_reading{a.base_reading:g}{compare}_{a.size}_{a.base_steps}{seeded}" if a.base_reading else quote.name)
     return pretrain_base(rd, replace(cfg, base_steps=a.base_steps, base_reading_steps=a.base_reading_steps, base_threads=a.threads, seed=base_seed),
                          rd / "ladder" / name, quote_dir=quote)
 
@@ -397,6 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--base-reading", type=float, default=0.0, help="with --base-steps: share of reading rows in the base's pretraining")
     ap.add_argument("--base-reading-steps", type=int, default=0,
                     help="with --base-steps and --base-reading: a curriculum, the quote base then these steps with that share of reading rows")
+    ap.add_argument("--base-compare", type=float, default=0.0,
+                    help="with --base-reading: share of the reading rows that are comparison rows (two entities' values, the name asked for)")
     ap.add_argument("--final-n-dev", type=int, default=50, help="dev tasks per kind (all six kinds) in the final evaluation; 0: none")
     ap.add_argument("--avg-k", type=int, default=4, help="samples per task for the final avg@k (0: greedy only)")
     ap.add_argument("--temperature", type=float, default=0.7)
@@ -424,6 +427,8 @@ def main():
     a = ap.parse_args()
     try: teacher_config(a)
     except ValueError as e: ap.error(f"the data-style flags: {e}")
+    try: rung_config(a)
+    except ValueError as e: ap.error(f"the base flags: {e}")
     if a.base_only:               # build the size's base ahead of its rungs (they find it built); no SFT sets, no plot
         if not a.base_steps: raise SystemExit("--base-only builds the base of --base-steps steps: give them")
         from coa_lib.core import resolve_run_dir

@@ -8,11 +8,11 @@ import random
 from typing import Iterable, Sequence
 
 from .core import task_meta
-from .tasks import RELATIONS_BY_TYPE, START_NP
+from .tasks import COMPARISONS, RELATIONS_BY_TYPE, START_NP, _compare_value
 from .worlds import World, make_world
 
 # %% auto #0
-__all__ = ['NOT_FOUND', 'reading_row', 'task_worlds', 'reading_rows', 'parse_answer', 'reading_accuracy']
+__all__ = ['NOT_FOUND', 'reading_row', 'comparison_row', 'task_worlds', 'reading_rows', 'parse_answer', 'reading_accuracy']
 
 # %% ../nbs/09b_reading.ipynb #743a1f3e
 NOT_FOUND = "not found"
@@ -46,6 +46,26 @@ def reading_row(world: World, rng: random.Random, docs: tuple[int, int] = (1, 3)
     return {"prompt": _prompt(world, titles, question), "completion": f" {world.sentences[(name, rel.name)]}\nAnswer: {answer}\n",
             "answer": answer}
 
+# %% ../nbs/09b_reading.ipynb #b8f38e4d
+def comparison_row(world: World, rng: random.Random, others: int = 1) -> dict:
+    "One comparison reading row of `world`: the pages stating two entities' values (and up to `others` pages naming them), a comparison question → the sentences that state both values, then `Answer:` and the name the question picks."
+    choices = [c for c in COMPARISONS if len(world.of_type(c.type)) >= 2]   # every generated world has two of each type
+    for _ in range(50):                                  # a pair with different values (equal ones pick no name)
+        c = rng.choice(choices)
+        a, b = rng.sample([e.name for e in world.of_type(c.type)], 2)
+        (va, steps_a), (vb, steps_b) = _compare_value(world, c, a), _compare_value(world, c, b)
+        if va != vb: break
+    else: raise ValueError("comparison_row found no pair with different values in 50 draws")
+    steps = steps_a + steps_b
+    pages = list(dict.fromkeys(s["page"] for s in steps))
+    naming = [t for t, text in world.pages.items() if t not in pages and (a in text or b in text)]
+    titles = pages + rng.sample(naming, min(rng.randint(0, others), len(naming)))
+    rng.shuffle(titles)
+    answer = a if c.pick(va, vb) == va else b
+    sentences = " ".join(s["fact"] for s in steps)
+    return {"prompt": _prompt(world, titles, c.question.format(a=a, b=b)), "completion": f" {sentences}\nAnswer: {answer}\n",
+            "answer": answer, "compared": [a, b]}
+
 # %% ../nbs/09b_reading.ipynb #cad79554
 def task_worlds(tasks: Iterable[dict], max_worlds: int = 300) -> list[World]:
     "The generated worlds of `tasks` (up to `max_worlds`, in order of first appearance), rebuilt from their seeds."
@@ -55,11 +75,14 @@ def task_worlds(tasks: Iterable[dict], max_worlds: int = 300) -> list[World]:
         if "world_seed" in m and len(keys) < max_worlds: keys.setdefault((int(m["world_seed"]), int(m["n_entities"])), None)
     return [make_world(seed, n) for seed, n in keys]
 
-def reading_rows(worlds: Sequence[World], n: int, seed: int = 0, docs: tuple[int, int] = (1, 3), not_found: float = 0.15) -> list[dict]:
-    "`n` reading rows, each from a world drawn at random from `worlds`."
+def reading_rows(worlds: Sequence[World], n: int, seed: int = 0, docs: tuple[int, int] = (1, 3), not_found: float = 0.15,
+                 compare: float = 0.0) -> list[dict]:
+    "`n` reading rows, each from a world drawn at random from `worlds`; a share `compare` of them comparison rows."
     if not worlds: raise ValueError("reading_rows needs at least one world")
+    if not 0 <= compare <= 1: raise ValueError(f"compare is a share of the rows, in [0, 1]: got {compare}")
     rng = random.Random(seed)
-    return [reading_row(rng.choice(worlds), rng, docs, not_found) for _ in range(n)]
+    row = lambda w: comparison_row(w, rng) if compare and rng.random() < compare else reading_row(w, rng, docs, not_found)   # compare 0: the rows as before
+    return [row(rng.choice(worlds)) for _ in range(n)]
 
 # %% ../nbs/09b_reading.ipynb #7e7dfe41
 def parse_answer(text: str) -> str | None:
@@ -79,4 +102,4 @@ def reading_accuracy(backend, rows: Sequence[dict], max_new_tokens: int = 96) ->
     part = lambda found: [k for k, r in zip(ok, rows) if (r["answer"] != NOT_FOUND) == found]
     mean = lambda xs: sum(xs) / len(xs) if xs else None
     return {"n": len(rows), "accuracy": mean(ok), "found_accuracy": mean(part(True)), "not_found_accuracy": mean(part(False)),
-            "sentence_accuracy": mean(quoted)}
+            "sentence_accuracy": mean(quoted), "comparison_accuracy": mean([k for k, r in zip(ok, rows) if "compared" in r])}

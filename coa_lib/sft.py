@@ -85,7 +85,7 @@ class SFTStageConfig:
     "Sizes and settings of the SFT stage (named so as not to clash with TRL's `SFTConfig`)."
     unkeyed_fields = ("save_steps", "logging_steps", "token_metrics", "threads", "lanes", "base_threads", "n_eval", "max_turns",
                       "max_new_tokens", "eval_dtype")     # speed, logging, evaluation: a trained student's key leaves them out
-    added_fields = {"base_reading_steps": 0}       # at this value a field added later builds what was built before it: keys unchanged
+    added_fields = {"base_reading_steps": 0, "base_compare": 0.0}   # at these values fields added later build what was built before them: keys unchanged
     profile: str = "smoke"
     size: str = "tiny"              # a coa_lib.llm.QWEN2_SIZES name, for a student built from scratch
     max_len: int = 1024             # tokens per row (prompt + trajectory), cut from the start
@@ -112,6 +112,7 @@ class SFTStageConfig:
     base_worlds: int = 300          # training worlds whose pages the base quotes from
     base_reading: float = 0.0       # share of the base's rows that are reading rows (coa_lib.reading); 0: the quote base
     base_reading_steps: int = 0     # > 0: a curriculum: `base_steps` on quote rows, then these steps with the share `base_reading` of reading rows
+    base_compare: float = 0.0       # share of the reading rows that are comparison rows (coa_lib.reading.comparison_row)
     base_threads: int | None = None # torch threads of the base pretraining (one model, before the lanes start; None: every core)
     n_eval: int = 8                 # evaluation tasks per kind (test split) for each student
     max_turns: int = 8
@@ -128,6 +129,8 @@ class SFTStageConfig:
         if self.kind_shares is not None: check_kind_shares(self.kind_shares)
         if self.base_reading_steps and not 0 < self.base_reading <= 1:
             raise ValueError(f"base_reading_steps={self.base_reading_steps} needs a share of reading rows in (0, 1], got base_reading={self.base_reading}")
+        if self.base_compare and not (0 < self.base_compare <= 1 and self.base_reading):
+            raise ValueError(f"base_compare={self.base_compare} is a share (0, 1] of the reading rows: it needs base_reading > 0 (got {self.base_reading})")
 
     @classmethod
     def for_profile(cls, profile: str) -> SFTStageConfig:

@@ -39,11 +39,11 @@ __all__ = ['STUDENTS', 'GAME24_PAPER', 'base_rows', 'quote_phase_dir', 'pretrain
            'run_sft_stage']
 
 # %% ../nbs/09_sft.ipynb #4448bc73
-def base_rows(train: Dataset, n: int, reading: float, max_worlds: int, seed: int) -> list[dict]:
-    "`n` base-pretraining rows from the training worlds: quote rows and a share `reading` of reading rows, shuffled."
+def base_rows(train: Dataset, n: int, reading: float, max_worlds: int, seed: int, compare: float = 0.0) -> list[dict]:
+    "`n` base-pretraining rows from the training worlds: quote rows and a share `reading` of reading rows (a share `compare` of those comparison rows), shuffled."
     k = round(n * reading)
     rows = quote_rows(world_pages(train, max_worlds=max_worlds), n - k, seed)
-    rows += [{"prompt": r["prompt"], "completion": r["completion"]} for r in reading_rows(task_worlds(train, max_worlds), k, seed)]
+    rows += [{"prompt": r["prompt"], "completion": r["completion"]} for r in reading_rows(task_worlds(train, max_worlds), k, seed, compare=compare)]
     random.Random(seed).shuffle(rows)
     return rows
 
@@ -61,14 +61,14 @@ def pretrain_base(run: Run | str | os.PathLike | None, cfg: SFTStageConfig, out_
     run = as_run(run, cfg.profile)
     out_dir = Path(out_dir) if out_dir is not None else run.dir / "sft" / "base"
     if cfg.base_reading_steps:        # the curriculum: the quote base (`quote_dir`, default `<out_dir>_quote`), then reading rows mixed in
-        quote = pretrain_base(run, replace(cfg, base_reading=0.0, base_reading_steps=0), quote_dir or quote_phase_dir(out_dir))
+        quote = pretrain_base(run, replace(cfg, base_reading=0.0, base_reading_steps=0, base_compare=0.0), quote_dir or quote_phase_dir(out_dir))
         phase, start, n, seed = _base_phase_config(cfg, cfg.base_reading_steps), str(quote), cfg.base_reading_steps, cfg.seed + 1   # other quote rows
     else: phase, start, n, seed = _base_phase_config(cfg, cfg.base_steps), None, cfg.base_steps, cfg.seed
     key = stable_hash(["sft_base", run.key("tasks_train"), run.key("student_tokenizer"), config_settings(phase)]
                       + ([model_fingerprint(start)] if start else []))
     if found_built(out_dir, key): return out_dir                      # before making its rows (40k quote rows at full: seconds)
     tok, train = student_tokenizer(run), build_task_splits(run.dir, run.tasks)["train"]
-    rows = base_rows(train, n * cfg.base_batch, cfg.base_reading, cfg.base_worlds, seed)
+    rows = base_rows(train, n * cfg.base_batch, cfg.base_reading, cfg.base_worlds, seed, cfg.base_compare)
     model = build_tiny_qwen2(tok, cfg.size, seed=cfg.seed) if start is None else start
     return train_sft(rows, model, out_dir, phase, tokenizer=tok, key=key)
 
@@ -84,7 +84,8 @@ def sft_base_record(run: Run, cfg: SFTStageConfig) -> dict:
                   "base model": eval_loss(AutoModelForCausalLM.from_pretrained(str(base_dir)), tok, dev_quotes)}
     total = lambda k: sum(r[k] for r in records)
     out = {"steps": total("global_step"), "tokens_seen": total("tokens_seen"), "wall_s": total("wall_s"), "precision": records[-1]["precision"],
-           "phase_steps": [r["global_step"] for r in records], "reading_share": cfg.base_reading, "dev_quote_loss": quote_loss}
+           "phase_steps": [r["global_step"] for r in records], "reading_share": cfg.base_reading, "compare_share": cfg.base_compare,
+           "dev_quote_loss": quote_loss}
     atomic_write_json(run.dir / "sft_base.json", out)
     return out
 
@@ -318,7 +319,8 @@ def sft_report(run_dir) -> str:
         b = read_json(rd / "sft_base.json"); q = b["dev_quote_loss"]; pr = b["precision"]
         probe = f" (probe: fp32 {pr['fp32_step_s']:.3f} s/step, bf16 {pr['bf16_step_s']:.3f} s/step)" if "fp32_step_s" in pr else ""
         steps = b.get("phase_steps", [b["steps"]])
-        what = (f"{steps[0]} quote steps, then {steps[1]} with {b['reading_share']:.0%} reading rows" if len(steps) == 2 else "quote pretraining")
+        compare = f" ({b['compare_share']:.0%} of them comparison rows)" if b.get("compare_share") else ""
+        what = (f"{steps[0]} quote steps, then {steps[1]} with {b['reading_share']:.0%} reading rows{compare}" if len(steps) == 2 else "quote pretraining")
         out += ["", f"Base model ({what}, on training-world pages, shared by every student): {b['steps']} steps, "
                     f"{b['tokens_seen']:,} tokens in {b['wall_s']:.0f} s, {'bf16' if pr.get('bf16') else 'fp32'}{probe}; "
                     f"quote loss on pages of unseen dev worlds {q['random weights']:.2f} → {q['base model']:.2f} nats."]

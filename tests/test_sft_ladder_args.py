@@ -31,3 +31,21 @@ def test_data_style_flags_build_the_teacher_config():
     assert teacher_config(a).style.sentence_kinds == ("comparison",)
     with pytest.raises(ValueError, match="needs compare_by_code"):
         teacher_config(build_parser().parse_args(["--compare-cue"]))
+
+
+def test_comparison_rows_in_the_reading_phase():
+    args = ["--label", "r", "--phase", "all:1000", "--base-steps", "2500", "--base-reading", "0.7", "--base-reading-steps", "2000",
+            "--base-compare", "0.3"]
+    assert rung_config(build_parser().parse_args(args)).base_compare == 0.3
+    with pytest.raises(ValueError, match="needs base_reading > 0"):
+        rung_config(build_parser().parse_args(["--label", "r", "--phase", "all:1000", "--base-compare", "0.3"]))
+
+
+def test_comparison_rows_at_their_default_leave_every_key_as_it_was():
+    "An added field at its default is left out of config hashes: bases and students built before it are found again."
+    from dataclasses import replace
+    from coa_lib.core import config_settings
+    from coa_lib.sft import SFTStageConfig
+    full = SFTStageConfig.for_profile("full")
+    assert "base_compare" not in config_settings(full)                     # the default adds nothing to any key
+    assert config_settings(replace(full, base_compare=0.3)) != config_settings(full)
