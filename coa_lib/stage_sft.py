@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_sft.ipynb #7dd13509
 from __future__ import annotations
-import os, random, sys, time
+import os, random, shutil, sys, time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
@@ -14,7 +14,7 @@ from datasets import Dataset, load_from_disk
 
 from .benchmarks import game24_real
 from .core import (QA_KINDS, TASK_KINDS, accuracy_text, atomic_write_json, atomic_write_text, built_record, config_settings,
-                          found_built, mark_built, model_fingerprint, pct, read_json, stable_hash)
+                          done_marker, found_built, is_built, mark_built, model_fingerprint, pct, read_json, stable_hash)
 from .distill import distill
 from .evaluate import eval_tasks, evaluate, plot_results, teacher_metrics
 from .format import COA, DIRECT, REACT, TagSet
@@ -56,16 +56,28 @@ def quote_phase_dir(out_dir: Path) -> Path:
     "Where a curriculum base at `out_dir` keeps its quote phase unless told otherwise."
     return out_dir.with_name(out_dir.name + "_quote")
 
+def _base_key(run: Run, phase: SFTStageConfig, start: str | None) -> str:
+    "The config hash of one base phase: the training tasks, the tokenizer, the phase's settings and the model it starts from."
+    return stable_hash(["sft_base", run.key("tasks_train"), run.key("student_tokenizer"), config_settings(phase)]
+                       + ([model_fingerprint(start)] if start else []))
+
+def _adopt_quote_base(run: Run, quote_cfg: SFTStageConfig, out_dir: Path, quote_dir: Path) -> None:
+    "A quote base at `out_dir` from before the curriculum (its key is the quote phase's) becomes the quote phase: moved, not trained again."
+    if done_marker(quote_dir).exists() or not is_built(out_dir, _base_key(run, _base_phase_config(quote_cfg, quote_cfg.base_steps), None)): return
+    print(f"{out_dir}: the quote base built before the curriculum becomes its quote phase, {quote_dir}", file=sys.stderr)
+    shutil.move(str(out_dir), str(quote_dir)); shutil.move(str(done_marker(out_dir)), str(done_marker(quote_dir)))
+
 def pretrain_base(run: Run | str | os.PathLike | None, cfg: SFTStageConfig, out_dir=None, quote_dir=None) -> Path:
     "The students' common base (`out_dir`, default `run_dir/sft/base`): a fresh `cfg.size` model pretrained to quote (and read) the training worlds' pages."
     run = as_run(run, cfg.profile)
     out_dir = Path(out_dir) if out_dir is not None else run.dir / "sft" / "base"
     if cfg.base_reading_steps:        # the curriculum: the quote base (`quote_dir`, default `<out_dir>_quote`), then reading rows mixed in
-        quote = pretrain_base(run, replace(cfg, base_reading=0.0, base_reading_steps=0, base_compare=0.0), quote_dir or quote_phase_dir(out_dir))
+        quote_cfg, quote_dir = replace(cfg, base_reading=0.0, base_reading_steps=0, base_compare=0.0), Path(quote_dir or quote_phase_dir(out_dir))
+        _adopt_quote_base(run, quote_cfg, out_dir, quote_dir)
+        quote = pretrain_base(run, quote_cfg, quote_dir)
         phase, start, n, seed = _base_phase_config(cfg, cfg.base_reading_steps), str(quote), cfg.base_reading_steps, cfg.seed + 1   # other quote rows
     else: phase, start, n, seed = _base_phase_config(cfg, cfg.base_steps), None, cfg.base_steps, cfg.seed
-    key = stable_hash(["sft_base", run.key("tasks_train"), run.key("student_tokenizer"), config_settings(phase)]
-                      + ([model_fingerprint(start)] if start else []))
+    key = _base_key(run, phase, start)
     if found_built(out_dir, key): return out_dir                      # before making its rows (40k quote rows at full: seconds)
     tok, train = student_tokenizer(run), build_task_splits(run.dir, run.tasks)["train"]
     rows = base_rows(train, n * cfg.base_batch, cfg.base_reading, cfg.base_worlds, seed, cfg.base_compare)
