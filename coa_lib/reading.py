@@ -59,7 +59,8 @@ def comparison_row(world: World, rng: random.Random, others: int = 1) -> dict:
     steps = steps_a + steps_b
     pages = list(dict.fromkeys(s["page"] for s in steps))
     naming = [t for t, text in world.pages.items() if t not in pages and (a in text or b in text)]
-    titles = pages + rng.sample(naming, min(rng.randint(0, others), len(naming)))
+    extra = rng.randint(0, others) if len(pages) <= 2 else 0          # a bridge's four pages are enough to read (and fit the base's rows)
+    titles = pages + rng.sample(naming, min(extra, len(naming)))
     rng.shuffle(titles)
     answer = a if c.pick(va, vb) == va else b
     sentences = " ".join(s["fact"] for s in steps)
