@@ -14,7 +14,7 @@ from .core import atomic_write_text, pct, read_json
 # %% auto #0
 __all__ = ['SEEDS_FILE', 'CLAIMS', 'VERDICT_WORDS', 'VERSIONED', 'PLUMBING_PROFILES', 'RESULTS_BEGIN', 'RESULTS_END', 'Claim',
            'verdict', 'afm_token_claim', 'afm_tool_claim', 'afm_accuracy_claim', 'afm_rl_claim', 'paired_evaluations',
-           'stale_seed_students', 'student_comparison', 'afm_format_claim', 'afm_filter_claim', 'planner_comparison',
+           'seeds_file_problem', 'student_comparison', 'afm_format_claim', 'afm_filter_claim', 'planner_comparison',
            'per_task_mean', 'af_flow_grpo_claim', 'af_offline_claim', 'af_budget_claim', 'af_tools_claim',
            'af_game24_claim', 'collect_claims', 'claims_table', 'claims_summary', 'package_versions', 'stage_markers',
            'run_profiles', 'run_seeds', 'provenance', 'notebooks_html', 'figure_caption', 'run_figures',
@@ -90,23 +90,24 @@ def paired_evaluations(rd: Path, a: str, b: str) -> dict:
         if not path.exists(): raise FileNotFoundError(2, "no evaluation records", str(path))   # errno 2: ENOENT
     return paired_records(*(load_from_disk(str(p)) for p in paths))
 
-def stale_seed_students(rd: Path, seeds: dict) -> list[str]:
-    "The seed-0 students of a seeds file that are not the run's models at their path now (retrained since, or never recorded): its numbers measured other students."
+def seeds_file_problem(rd: Path, seeds: dict) -> str | None:
+    "Why a seeds file does not measure the run's students (None when its seed-0 students are the run's models at their paths now)."
     from coa_lib.core import model_fingerprint
     trained = seeds.get("trained", {}).get("0")
-    if not trained: return ["(no record of which students it measured)"]
-    return [name for name, t in trained.items() if model_fingerprint(rd / t["path"]) != t["fingerprint"]]
+    if not trained: return f"{SEEDS_FILE} does not record which students it measured (written before it did)"
+    stale = [name for name, t in trained.items() if model_fingerprint(rd / t["path"]) != t["fingerprint"]]
+    return f"{SEEDS_FILE} measured other students than this run's ({', '.join(stale)} retrained since)" if stale else None
 
 def student_comparison(rd: Path, a: str, b: str) -> tuple[dict, str, str]:
     "(paired comparison of SFT students `a` − `b` on the same test tasks, what it averages over, its source): over seeds when the run has a `student_seeds.json` of its own students, else over one run's test records."
     note = ""
     if (rd / SEEDS_FILE).exists():
         s = read_json(rd / SEEDS_FILE); st = s["students"]
-        stale = stale_seed_students(rd, s)
-        if not stale:
+        problem = seeds_file_problem(rd, s)
+        if problem is None:
             over = f"mean of {len(s['seeds'])} seeds: {a} {pct(st[a]['mean'])} ± {pct(st[a]['sd'])}, {b} {pct(st[b]['mean'])} ± {pct(st[b]['sd'])}%"
             return s["comparisons"][f"{a}-{b}"], over, SEEDS_FILE
-        note = f" ({SEEDS_FILE} measured other students than this run's: {', '.join(stale)}; not used)"
+        note = f" ({problem}: not used)"
     from coa_lib.stage_sft import sft_eval_name
     c = paired_evaluations(rd, sft_eval_name(a), sft_eval_name(b))
     return c, f"one run, one seed: {a} {pct(c['mean_a'])}%, {b} {pct(c['mean_b'])}%{note}", f"{sft_eval_name(a)} + {sft_eval_name(b)}"
