@@ -91,15 +91,13 @@ class SFTStageConfig:
     max_len: int = 1024             # tokens per row (prompt + trajectory), cut from the start
     batch_size: int = 8; grad_accum: int = 1
     lr: float | None = None         # None: `default_lr` of the base kind and tuning (from scratch 1e-3)
-    weight_decay: float = 0.01
-    warmup_steps: int = 20
+    weight_decay: float = 0.01; warmup_steps: int = 20
     lr_schedule: str = "cosine"     # a transformers scheduler name ("constant_with_warmup" for learning curves)
     decay_frac: float = 0.1         # "warmup_stable_decay": the last share of the steps, where the rate falls linearly to 0
     token_budget: int = 200_000     # tokens processed per student
     kind_shares: dict[str, float] | None = None  # each task kind's share of token_budget (None: the SFT set's own mix)
     max_steps: int | None = None    # overrides token_budget when set
-    save_steps: int = 200
-    logging_steps: int = 10
+    save_steps: int = 200; logging_steps: int = 10
     bf16: bool | None = None        # bf16 autocast; None: decided by `probe_precision` on this machine
     obs_weight: float = 0.0         # loss weight of observation tokens (AFM: 0, masked; > 0 is our ablation)
     group_by_length: bool = True    # batches of similar lengths (less padding); still shuffled across groups
@@ -114,8 +112,7 @@ class SFTStageConfig:
     base_reading_steps: int = 0     # > 0: a curriculum: `base_steps` on quote rows, then these steps with the share `base_reading` of reading rows
     base_compare: float = 0.0       # share of the reading rows that are comparison rows (coa_lib.reading.comparison_row)
     base_threads: int | None = None # torch threads of the base pretraining (one model, before the lanes start; None: every core)
-    n_eval: int = 8                 # evaluation tasks per kind (test split) for each student
-    max_turns: int = 8
+    n_eval: int = 8; max_turns: int = 8   # evaluation tasks per kind (test split) for each student; turns per episode
     max_new_tokens: int = TURN_TOKENS   # one turn's budget in evaluation (coa_lib.episode): the longest distilled turn must fit
     base: str | None = None         # a pretrained student: a coa_lib.pretrained.WHEEL_MODELS name or any HF model path (None: from scratch)
     tuning: Tuning = Tuning.FULL    # which weights train (coa_lib.tuning): full, top_layers or lora

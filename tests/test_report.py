@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from datasets import Dataset
-from coa_lib.core import atomic_write_json, atomic_write_text, save_dataset
+from coa_lib.core import atomic_write_json, atomic_write_text, mark_built, model_fingerprint, save_dataset
 from coa_lib.report import CLAIMS, RESULTS_BEGIN, RESULTS_END, SEEDS_FILE, build_report, update_readme
 from coa_lib.stage_rl import RL_EVAL_NAMES
 
@@ -34,7 +34,10 @@ def _run(rd: Path, profile: str) -> Path:
     for name in RL_EVAL_NAMES.values():     # claim 4 pairs the two evaluations' records task by task
         save_dataset(Dataset.from_list([{"task_id": f"t{i}", "correct": False} for i in range(10)]), rd / name / "records")
     flat = {"n": 10, "diff": 0.0, "ci95": [0.0, 0.0], "sign": 0, "sign_test_p": 1.0}
-    atomic_write_json(rd / SEEDS_FILE, {"seeds": [0], "students": {s: {"mean": 0.0, "sd": 0.0} for s in ("coa", "react", "coa_unfiltered")},
+    students = ("coa", "react", "coa_unfiltered")
+    for s in students: mark_built(rd / "sft" / s, {"steps": 1})           # the run's students, which the seeds file measured
+    trained = {"0": {s: {"path": f"sft/{s}", "fingerprint": model_fingerprint(rd / "sft" / s)} for s in students}}
+    atomic_write_json(rd / SEEDS_FILE, {"seeds": [0], "students": {s: {"mean": 0.0, "sd": 0.0} for s in students}, "trained": trained,
                                         "comparisons": {"coa-react": flat, "coa-coa_unfiltered": flat}})
     for planner in ("warm_start", "flow_grpo", "offline_sft"):   # claims 7 and 8 pair the planners' records task by task
         atomic_write_json(rd / "agentflow" / "eval" / f"{planner}.json",
