@@ -127,7 +127,7 @@ class SFTStageConfig:
         if self.base_reading_steps and not 0 < self.base_reading <= 1:
             raise ValueError(f"base_reading_steps={self.base_reading_steps} needs a share of reading rows in (0, 1], got base_reading={self.base_reading}")
         if self.base_compare and not (0 < self.base_compare <= 1 and self.base_reading):
-            raise ValueError(f"base_compare={self.base_compare} is a share (0, 1] of the reading rows: it needs base_reading > 0 (got {self.base_reading})")
+            raise ValueError(f"base_compare={self.base_compare}: a share in (0, 1] of the reading rows, which needs base_reading > 0 (got base_reading={self.base_reading})")
 
     @classmethod
     def for_profile(cls, profile: str) -> SFTStageConfig:
