@@ -6,8 +6,10 @@ Asserted: no exception anywhere; every verdict agrees with the others (a traject
 no pending call, its observations after tool calls; DIRECT-valid => ReAct-valid => CoA-valid; a pending tool call is never
 valid; ...); a forged observation is never accepted (is_forged sees every observation the parser sees, a block inserted
 anywhere but after a tool call fails validation, hostile tool output inside an environment block cannot end it, and a
-rollout whose model turns are not forged has exactly the environment's observations); and no single call takes 2 s or
-more (a quadratic blow-up on the 1 MB inputs fails). Deterministic: one seed; only the timings vary."""
+rollout whose model turns are not forged has exactly the environment's observations); and no call blows up: a call
+that takes 2 s or more, timed twice, is a failure on a small input, and on a large one when it grows faster than
+linearly (its time on the whole input over its time on an eighth of it; quadratic code gives about 64, linear about 8,
+and a loaded machine slows both alike). Deterministic: one seed; only the timings vary."""
 import bisect, random, re, time
 from collections import Counter
 
@@ -20,7 +22,9 @@ from coa_lib.format import (ALL_TAGS, COA, DIRECT, OBS_CLOSE, OBS_OPEN, OBSERVAT
 SEED = 16_2024
 N_MUTANTS = 10_000
 N_BIG, BIG = 10, 1 << 20           # 1 MiB characters each
-MAX_CALL_S = 2.0                   # generous: linear code takes well under 0.5 s on a 1 MB input on a loaded machine
+MAX_CALL_S = 2.0                   # generous: linear code takes well under 0.5 s on a 1 MB input on an idle machine
+GROWTH_FROM = 1 << 16              # inputs this long or longer are judged by growth once over MAX_CALL_S
+MAX_GROWTH = 24.0                  # time(whole) / time(eighth): linear 8, n log n about 10, quadratic 64
 FORMATS = (COA, REACT, DIRECT)
 ANY_TAG = re.compile(r"</?[A-Za-z_][\w\-]*>")
 
@@ -211,18 +215,35 @@ def toy_tokenizer(text, add_special_tokens=False, return_offsets_mapping=True):
 
 
 class Calls:
-    "Runs entry points, timing each call; an exception is recorded with the input that raised it."
+    "Runs entry points, timing each call; an exception is recorded with the input that raised it, a blow-up with its timings."
     def __init__(self):
         self.n, self.slowest, self.by_name, self.errors, self.label = 0, (0.0, "", 0, ""), Counter(), [], "mutant"
+        self.blowups = []
 
     def _timed(self, f, text, a, k):
         t0 = time.perf_counter(); out = f(text, *a, **k)
         return out, time.perf_counter() - t0
 
+    def growth(self, f, text, a, k) -> float:
+        "Time on the whole input over time on its first eighth, each the best of two: superlinear code grows past 8."
+        whole = min(self._timed(f, text, a, k)[1] for _ in range(2))
+        eighth = min(self._timed(f, text[:len(text) // 8], a, k)[1] for _ in range(2))
+        return whole / max(eighth, 1e-6)
+
+    def _blows_up(self, f, text, a, k, dt) -> str:
+        "Why a call over MAX_CALL_S is a blow-up ('' when it is not): slow again on a small input, or superlinear on a large one."
+        dt = min(dt, self._timed(f, text, a, k)[1])                    # once more: a load spike is not a blow-up
+        if dt < MAX_CALL_S: return ""
+        n = len(text) if isinstance(text, str) else 0
+        if n < GROWTH_FROM: return f"{dt:.2f} s on {n:,} chars"
+        g = self.growth(f, text, a, k)
+        return f"{dt:.2f} s on {n:,} chars, {g:.0f}x its time on an eighth" if g > MAX_GROWTH else ""
+
     def __call__(self, name, f, text, *a, **k):
         try:
             out, dt = self._timed(f, text, a, k)
-            if dt >= MAX_CALL_S: dt = min(dt, self._timed(f, text, a, k)[1])   # once more: a load spike is not a blow-up
+            why = self._blows_up(f, text, a, k, dt) if dt >= MAX_CALL_S else ""
+            if why: self.blowups.append((name, why, self.label))
         except Exception as e:
             self.errors.append((name, f"{type(e).__name__}: {e}", text[:300] if isinstance(text, str) else repr(text)))
             out, dt = _FAILED, 0.0
@@ -410,7 +431,7 @@ def test_fuzz_10000_mutants_and_1mb_inputs(seeds):
     assert len(used) == len(MUTATORS)
     assert not calls.errors, f"{len(calls.errors)} exceptions, e.g. {calls.errors[:3]}"
     assert not bad, f"{len(bad)} inconsistent verdicts, e.g. {bad[:3]}"
-    assert secs < MAX_CALL_S, f"slowest call {secs:.2f} s: {slow_name} on {slow_len:,} chars, {slow_input} (quadratic?)"
+    assert not calls.blowups, f"{len(calls.blowups)} calls blew up (quadratic?), e.g. {calls.blowups[:3]}"
 
 
 def test_the_fuzzer_catches_what_it_claims(monkeypatch):
@@ -426,8 +447,14 @@ def test_the_fuzzer_catches_what_it_claims(monkeypatch):
     calls("parse_coa", lambda t: 1 / 0, "x")
     assert calls.errors and calls.errors[-1][1].startswith("ZeroDivisionError")
     monkeypatch.setitem(globals(), "MAX_CALL_S", 0.03)
-    calls("always slow", lambda t: time.sleep(0.05), "x")             # slow twice: recorded over the bound
-    assert calls.slowest[1] == "always slow" and calls.slowest[0] >= 0.05
+    monkeypatch.setitem(globals(), "GROWTH_FROM", 800)
+    calls("always slow", lambda t: time.sleep(0.05), "x")             # slow twice on a small input: a blow-up
+    assert calls.blowups[-1][0] == "always slow" and calls.slowest[0] >= 0.05
     spike = iter([0.2, 0.0])
     calls("one spike", lambda t: time.sleep(next(spike)), "x")        # slow once, fast when timed again: not a blow-up
-    assert calls.slowest[1] == "always slow"
+    assert len(calls.blowups) == 1 and calls.slowest[1] == "one spike"
+    big = "y" * 800
+    calls("quadratic", lambda t: time.sleep(0.08 * (len(t) / 800) ** 2), big)      # grows 64x from an eighth: a blow-up
+    assert calls.blowups[-1][0] == "quadratic" and "its time on an eighth" in calls.blowups[-1][1], calls.blowups
+    calls("slow but linear", lambda t: time.sleep(0.08 * len(t) / 800), big)      # a loaded machine: slow, grows 8x
+    assert len(calls.blowups) == 2, calls.blowups
