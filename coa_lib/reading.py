@@ -8,7 +8,7 @@ import random
 from typing import Iterable, Sequence
 
 from .core import task_meta
-from .tasks import COMPARISONS, RELATIONS_BY_TYPE, START_NP, _compare_value
+from .tasks import COMPARISONS, RELATIONS_BY_TYPE, START_NP, compare_value
 from .worlds import World, make_world
 
 # %% auto #0
@@ -53,7 +53,7 @@ def comparison_row(world: World, rng: random.Random, others: int = 1) -> dict:
     for _ in range(50):                                  # a pair with different values (equal ones pick no name)
         c = rng.choice(choices)
         a, b = rng.sample([e.name for e in world.of_type(c.type)], 2)
-        (va, steps_a), (vb, steps_b) = _compare_value(world, c, a), _compare_value(world, c, b)
+        (va, steps_a), (vb, steps_b) = compare_value(world, c, a), compare_value(world, c, b)
         if va != vb: break
     else: raise ValueError("comparison_row found no pair with different values in 50 draws")
     steps = steps_a + steps_b

@@ -20,9 +20,9 @@ from .worlds import ENTITY_TYPES, Entity, World, make_world
 
 # %% auto #0
 __all__ = ['RELATIONS', 'RELATIONS_BY_TYPE', 'START_NP', 'MULTIHOP_WEIGHTS', 'COMPARISONS', 'MIXED_TEMPLATES', 'QA_GENERATORS',
-           'TASK_GENERATORS', 'WORLD_SPLITS', 'Relation', 'Comparison', 'MixedTemplate', 'safe_arith', 'QAGenerator',
-           'make_tasks', 'world_seed_for', 'world_split_of', 'make_task_suite', 'world_corpus', 'corpus_for_task',
-           'plan_length', 'task_difficulty', 'TaskConfig']
+           'TASK_GENERATORS', 'WORLD_SPLITS', 'Relation', 'Comparison', 'compare_value', 'MixedTemplate', 'safe_arith',
+           'QAGenerator', 'make_tasks', 'world_seed_for', 'world_split_of', 'make_task_suite', 'world_corpus',
+           'corpus_for_task', 'plan_length', 'task_difficulty', 'TaskConfig']
 
 # %% ../nbs/01d_tasks.ipynb #f4cfa140
 @dataclass(frozen=True)
@@ -114,7 +114,8 @@ COMPARISONS = (
     Comparison("company", "born", "Which company's founder was born earlier, {a} or {b}?", min, bridge="founder"),
 )
 
-def _compare_value(world: World, c: Comparison, name: str) -> tuple[int, list[dict]]:
+def compare_value(world: World, c: Comparison, name: str) -> tuple[int, list[dict]]:
+    "The value comparison `c` reads for entity `name` (through its bridge if any), and the lookup steps that reach it."
     e = world.entities[name]
     if c.bridge is None: return e[c.attr], [_step(world, name, c.attr)]
     b = world.entities[e[c.bridge]]
@@ -126,7 +127,7 @@ def _comparison_candidates(world: World, ok: Callable[[str], bool]) -> dict[int,
     for ci, c in enumerate(COMPARISONS):
         names = [e.name for e in world.of_type(c.type) if ok(e.name)]
         for a, b in itertools.combinations(names, 2):
-            if _compare_value(world, c, a)[0] != _compare_value(world, c, b)[0]:
+            if compare_value(world, c, a)[0] != compare_value(world, c, b)[0]:
                 groups[4 if c.bridge else 2].append((ci, a, b))
     return groups
 
@@ -134,7 +135,7 @@ def _comparison_render(world: World, cand: tuple, rng: random.Random) -> dict:
     ci, a, b = cand
     if rng.random() < 0.5: a, b = b, a
     c = COMPARISONS[ci]
-    (va, pa), (vb, pb) = _compare_value(world, c, a), _compare_value(world, c, b)
+    (va, pa), (vb, pb) = compare_value(world, c, a), compare_value(world, c, b)
     return {"question": c.question.format(a=a, b=b), "answer": a if c.pick(va, vb) == va else b, "path": pa + pb,
             "entities": [a, b], "hops": len(pa) + len(pb), "template": f"compare.{c.type}.{c.attr}.{c.pick.__name__}"}
 
