@@ -12,14 +12,14 @@ from typing import Callable, Sequence
 from .core import atomic_write_text, pct, read_json
 
 # %% auto #0
-__all__ = ['SEEDS_FILE', 'CLAIMS', 'VERDICT_WORDS', 'VERSIONED', 'PLUMBING_PROFILES', 'RESULTS_BEGIN', 'RESULTS_END', 'Claim',
-           'verdict', 'afm_token_claim', 'afm_tool_claim', 'afm_accuracy_claim', 'afm_rl_claim', 'paired_evaluations',
-           'seeds_file_problem', 'student_comparison', 'afm_format_claim', 'afm_filter_claim', 'planner_comparison',
-           'per_task_mean', 'af_flow_grpo_claim', 'af_offline_claim', 'af_budget_claim', 'af_tools_claim',
-           'af_game24_claim', 'collect_claims', 'claims_table', 'claims_summary', 'package_versions', 'stage_markers',
-           'run_profiles', 'run_seeds', 'provenance', 'notebooks_html', 'figure_caption', 'run_figures',
-           'plumbing_note', 'build_report', 'readme_results', 'results_prose', 'check_results_prose', 'update_readme',
-           'main']
+__all__ = ['SEEDS_FILE', 'FLOW_SEEDS_FILE', 'CLAIMS', 'VERDICT_WORDS', 'VERSIONED', 'PLUMBING_PROFILES', 'RESULTS_BEGIN',
+           'RESULTS_END', 'Claim', 'verdict', 'afm_token_claim', 'afm_tool_claim', 'afm_accuracy_claim', 'afm_rl_claim',
+           'paired_evaluations', 'seeds_file_problem', 'student_comparison', 'afm_format_claim', 'afm_filter_claim',
+           'planner_comparison', 'per_task_mean', 'flow_seeds_comparison', 'af_flow_grpo_claim', 'af_offline_claim',
+           'af_budget_claim', 'af_tools_claim', 'af_game24_claim', 'collect_claims', 'claims_table', 'claims_summary',
+           'package_versions', 'stage_markers', 'run_profiles', 'run_seeds', 'provenance', 'notebooks_html',
+           'figure_caption', 'run_figures', 'plumbing_note', 'build_report', 'readme_results', 'results_prose',
+           'check_results_prose', 'update_readme', 'main']
 
 # %% ../nbs/14c_report.ipynb #da1de360
 @dataclass(frozen=True)
@@ -90,13 +90,13 @@ def paired_evaluations(rd: Path, a: str, b: str) -> dict:
         if not path.exists(): raise FileNotFoundError(2, "no evaluation records", str(path))   # errno 2: ENOENT
     return paired_records(*(load_from_disk(str(p)) for p in paths))
 
-def seeds_file_problem(rd: Path, seeds: dict) -> str | None:
-    "Why a seeds file does not measure the run's students (None when its seed-0 students are the run's models at their paths now)."
+def seeds_file_problem(rd: Path, seeds: dict, file: str = SEEDS_FILE, what: str = "students") -> str | None:
+    "Why a seeds file does not measure the run's models (None when its seed-0 models are the run's, at their paths now)."
     from coa_lib.core import model_fingerprint
     trained = seeds.get("trained", {}).get("0")
-    if not trained: return f"{SEEDS_FILE} does not record which students it measured (written before it did)"
+    if not trained: return f"{file} does not record which {what} it measured (written before it did)"
     stale = [name for name, t in trained.items() if model_fingerprint(rd / t["path"]) != t["fingerprint"]]
-    return f"{SEEDS_FILE} measured other students than this run's ({', '.join(stale)} retrained since)" if stale else None
+    return f"{file} measured other {what} than this run's ({', '.join(stale)} retrained since)" if stale else None
 
 def student_comparison(rd: Path, a: str, b: str) -> tuple[dict, str, str]:
     "(paired comparison of SFT students `a` − `b` on the same test tasks, what it averages over, its source): over seeds when the run has a `student_seeds.json` of its own students, else over one run's test records."
@@ -149,6 +149,18 @@ def per_task_mean(records: list[dict]) -> dict[str, float]:
     for r in records: sums.setdefault(r["id"], []).append(float(r["outcome"]["correct"]))
     return {t: sum(v) / len(v) for t, v in sums.items()}
 
+FLOW_SEEDS_FILE = "flow_grpo_seeds.json"   # written by bench/flow_grpo_seeds.py: Flow-GRPO from one warm start at several seeds
+
+def flow_seeds_comparison(rd: Path) -> tuple[dict | None, str]:
+    "(Flow-GRPO − warm start on the per-task accuracy averaged over seeds, what the seeds say) from the run's `flow_grpo_seeds.json` of its own planners; (None, why not) without one."
+    if not (rd / FLOW_SEEDS_FILE).exists(): return None, ""
+    s = read_json(rd / FLOW_SEEDS_FILE)
+    problem = seeds_file_problem(rd, s, FLOW_SEEDS_FILE, "planners")
+    if problem: return None, f"; {problem}: not used"
+    g = s["greedy"]
+    return g["pooled"], (f"; over {len(s['seeds'])} seeds from one warm start (Flow-GRPO " + ", ".join(pct(x) for x in g["flow_grpo_by_seed"]) +
+                         f"%): {_pts(g['diff_mean'])} ± {100 * g['diff_sd']:.1f}; per-task mean over seeds {_paired(g['pooled'])}")
+
 def _paired_planners(c: dict, a: str, b: str) -> str:
     return f"{_paired(c)}; mean of categories: {a} {pct(c['mean_a'])}, {b} {pct(c['mean_b'])}"
 
@@ -161,12 +173,15 @@ def _sampled_planners(rd: Path, a: str, b: str) -> str:
 
 # %% ../nbs/14c_report.ipynb #215d5b17
 def af_flow_grpo_claim(rd: Path) -> Claim:
+    "Flow-GRPO − warm start, paired on test; decided over seeds when the run has a seeds file of its own planners."
     c = planner_comparison(rd, "flow_grpo", "warm_start")
+    pooled, over_seeds = flow_seeds_comparison(rd)
+    decides = pooled or c
     return Claim("AgentFlow", "Flow-GRPO in the flow improves the planner",
                  "improves on the untrained planner; AgentFlow-7B +14.9 / +14.0 / +14.5 points over the best baselines (search / agentic / math)",
-                 _paired_planners(c, "Flow-GRPO", "warm start") + _sampled_planners(rd, "flow_grpo", "warm_start"),
-                 "Flow-GRPO − warm start > 0 (greedy), 95% interval above 0",
-                 _holds(c["sign"]), "agentflow/eval: flow_grpo + warm_start", undecided=c["sign"] == 0)
+                 _paired_planners(c, "Flow-GRPO", "warm start") + _sampled_planners(rd, "flow_grpo", "warm_start") + over_seeds,
+                 "Flow-GRPO − warm start > 0 (greedy; over seeds when measured), 95% interval above 0", _holds(decides["sign"]),
+                 FLOW_SEEDS_FILE if pooled else "agentflow/eval: flow_grpo + warm_start", undecided=decides["sign"] == 0)
 
 def af_offline_claim(rd: Path) -> Claim:
     c = planner_comparison(rd, "offline_sft", "flow_grpo")
