@@ -158,8 +158,10 @@ def flow_seeds_comparison(rd: Path) -> tuple[dict | None, str]:
     problem = seeds_file_problem(rd, s, FLOW_SEEDS_FILE, "planners")
     if problem: return None, f"; {problem}: not used"
     g = s["greedy"]
+    sampled = next((m for m in s.values() if isinstance(m, dict) and m.get("samples", 1) > 1), None)   # avg@k beside greedy, when measured
     return g["pooled"], (f"; over {len(s['seeds'])} seeds from one warm start (Flow-GRPO " + ", ".join(pct(x) for x in g["flow_grpo_by_seed"]) +
-                         f"%): {_pts(g['diff_mean'])} ± {100 * g['diff_sd']:.1f}; per-task mean over seeds {_paired(g['pooled'])}")
+                         f"%): {_pts(g['diff_mean'])} ± {100 * g['diff_sd']:.1f}; per-task mean over seeds {_paired(g['pooled'])}" +
+                         (f"; avg@{sampled['samples']} over seeds {_paired(sampled['pooled'])}" if sampled else ""))
 
 def _paired_planners(c: dict, a: str, b: str) -> str:
     return f"{_paired(c)}; mean of categories: {a} {pct(c['mean_a'])}, {b} {pct(c['mean_b'])}"

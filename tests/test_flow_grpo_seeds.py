@@ -52,7 +52,7 @@ def test_seeds_start_from_the_warm_start_and_the_report_uses_only_a_current_file
     assert res["seeds"] == [0, 1] and set(res) >= {"greedy", "avg2", "trained"}
     assert res["trained"]["1"]["flow_grpo"]["path"] == "agentflow/seeds/seed1/planner_flow_grpo"
     pooled, text = flow_seeds_comparison(tmp_path)
-    assert pooled == res["greedy"]["pooled"] and "over 2 seeds from one warm start" in text
+    assert pooled == res["greedy"]["pooled"] and "over 2 seeds from one warm start" in text and "; avg@2 over seeds " in text
     mark_built(planners[0], {**training_record(planners[0]), "steps": -1})               # the stage's planner retrained: the file is stale
     pooled, text = flow_seeds_comparison(tmp_path)
     assert pooled is None and "(flow_grpo retrained since): not used" in text
