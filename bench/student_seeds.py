@@ -37,15 +37,21 @@ def seed_students(run_dir: Path, profile: str, seeds: list[int]) -> dict[int, di
     return out
 
 
-def evaluations(run_dir: Path, profile: str, seed: int, paths: dict[str, Path]) -> dict[str, dict[str, float]]:
-    "{student: {task id: correct}} on the SFT stage's test tasks, evaluated once (found again by name)."
-    from coa_lib.evaluate import eval_tasks, per_task_correct
+def test_tasks(run_dir: Path, profile: str) -> list[dict]:
+    "The SFT stage's test tasks (what every seed's students are evaluated on)."
+    from coa_lib.evaluate import eval_tasks
     from coa_lib.sft import SFTStageConfig
     from coa_lib.stage_tasks import build_task_splits
-    from coa_lib.stage_sft import eval_records, evaluate_students, sft_eval_name, student_named
     from coa_lib.tasks import TaskConfig
-    cfg = SFTStageConfig.for_profile(profile)
-    tasks = eval_tasks(build_task_splits(run_dir, TaskConfig.for_profile(profile))["test"], cfg.n_eval)
+    return eval_tasks(build_task_splits(run_dir, TaskConfig.for_profile(profile))["test"], SFTStageConfig.for_profile(profile).n_eval)
+
+
+def evaluations(run_dir: Path, profile: str, seed: int, paths: dict[str, Path]) -> dict[str, dict[str, float]]:
+    "{student: {task id: correct}} on the SFT stage's test tasks, evaluated once (found again by name)."
+    from coa_lib.evaluate import per_task_correct
+    from coa_lib.sft import SFTStageConfig
+    from coa_lib.stage_sft import eval_records, evaluate_students, sft_eval_name, student_named
+    cfg, tasks = SFTStageConfig.for_profile(profile), test_tasks(run_dir, profile)
     name = lambda s: sft_eval_name(s) if seed == 0 else f"seeds/seed{seed}/eval/{s}_test"
     evaluate_students([(paths[s], student_named(s), tasks, name(s)) for s in COMPARED], run_dir, cfg)   # found again only under the student's key
     return {s: per_task_correct(eval_records(run_dir, name(s))) for s in COMPARED}
@@ -58,16 +64,19 @@ def trained_record(run_dir: Path, trained: dict[int, dict[str, Path]]) -> dict[s
             for k, paths in sorted(trained.items())}
 
 
-def summarize(per_seed: dict[int, dict[str, dict[str, float]]]) -> dict:
-    "Mean ± sd of each student's accuracy over seeds, and paired tests on the per-task accuracy averaged over seeds."
+def summarize(per_seed: dict[int, dict[str, dict[str, float]]], kind_of: dict[str, str]) -> dict:
+    "Mean ± sd of each student's accuracy over seeds (and each kind's accuracy per seed), and paired tests on the per-task accuracy averaged over seeds."
     from coa_lib.evaluate import paired_difference
     seeds = sorted(per_seed)
     tasks = sorted(set.intersection(*(set(per_seed[k][s]) for k in seeds for s in COMPARED)))
     acc = {s: [sum(per_seed[k][s][t] for t in tasks) / len(tasks) for k in seeds] for s in COMPARED}
+    kinds = sorted({kind_of[t] for t in tasks})
+    by_kind = {s: {kind: [statistics.fmean(per_seed[k][s][t] for t in tasks if kind_of[t] == kind) for k in seeds] for kind in kinds}
+               for s in COMPARED}                                     # the seeds' spread is often one kind collapsing
     mean_task = {s: [statistics.fmean(per_seed[k][s][t] for k in seeds) for t in tasks] for s in COMPARED}
     return {"seeds": seeds, "n_tasks": len(tasks),
-            "students": {s: {"accuracy_by_seed": a, "mean": statistics.fmean(a), "sd": statistics.stdev(a) if len(a) > 1 else None}
-                         for s, a in acc.items()},
+            "students": {s: {"accuracy_by_seed": a, "mean": statistics.fmean(a), "sd": statistics.stdev(a) if len(a) > 1 else None,
+                             "by_kind": by_kind[s]} for s, a in acc.items()},
             "comparisons": {f"{a}-{b}": paired_difference(mean_task[a], mean_task[b]) for a, b in PAIRS},
             "per_seed_differences": {f"{a}-{b}": [x - y for x, y in zip(acc[a], acc[b])] for a, b in PAIRS}}
 
@@ -86,13 +95,17 @@ def main():
     for seed in a.seeds:
         per_seed[seed] = evaluations(rd, a.profile, seed, trained[seed])
         print(f"seed {seed}: " + ", ".join(f"{s} {sum(v.values()) / len(v):.3f}" for s, v in per_seed[seed].items()), flush=True)
-    res = {**summarize(per_seed), "trained": trained_record(rd, trained), "profile": a.profile, "wall_s": time.perf_counter() - t0}
+    kind_of = {t["id"]: t["kind"] for t in test_tasks(rd, a.profile)}
+    res = {**summarize(per_seed, kind_of), "trained": trained_record(rd, trained), "profile": a.profile, "wall_s": time.perf_counter() - t0}
     for k, c in res["comparisons"].items():
         print(f"{k}: {100 * c['diff']:+.1f} points [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}] over {c['n']} tasks, "
               f"sign {c['sign']:+d}, sign test p = {c['sign_test_p']:.2g}")
     atomic_write_json(rd / "student_seeds.json", res)
     if a.profile == "full": OUT.parent.mkdir(parents=True, exist_ok=True); shutil.copyfile(rd / "student_seeds.json", OUT)
     print(json.dumps({s: (round(v["mean"], 3), v["sd"] and round(v["sd"], 3)) for s, v in res["students"].items()}))
+    for s, v in res["students"].items():
+        print(f"{s} by kind (seeds {', '.join(map(str, res['seeds']))}): " +
+              "; ".join(f"{kind} " + " / ".join(f"{100 * x:.0f}" for x in accs) for kind, accs in v["by_kind"].items()))
 
 
 if __name__ == "__main__":

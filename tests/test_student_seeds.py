@@ -45,3 +45,18 @@ def test_a_retrained_student_is_evaluated_anew_and_the_report_drops_a_stale_file
     coa0 = trained[0]["coa"]                                                               # the run's own CoA student retrained: the file is stale
     mark_built(coa0, {**training_record(coa0), "steps": -1})
     assert "(coa retrained since)" in seeds_file_problem(tmp_path, {"trained": record})
+
+
+def test_summarize_gives_each_kind_per_seed_and_pairs_task_by_task():
+    bench = _bench()
+    kind_of = {f"t{i}": "code" if i < 4 else "math" for i in range(8)}
+    solve = lambda ids: {t: float(t in ids) for t in kind_of}
+    react = solve({"t0", "t4", "t5"})
+    per_seed = {0: {"coa": solve({"t0", "t1", "t4", "t5"}), "coa_unfiltered": react, "react": react},
+                1: {"coa": solve({"t4", "t5", "t6"}), "coa_unfiltered": react, "react": react}}   # seed 1: code collapses
+    s = bench.summarize(per_seed, kind_of)
+    coa = s["students"]["coa"]
+    assert coa["accuracy_by_seed"] == [0.5, 0.375] and coa["by_kind"] == {"code": [0.5, 0.0], "math": [0.5, 0.75]}
+    assert s["per_seed_differences"]["coa-react"] == [0.125, 0.0]
+    c = s["comparisons"]["coa-react"]                        # per-task mean over seeds: t1 +0.5, t6 +0.5, t0 -0.5
+    assert (c["n"], c["wins"], c["losses"]) == (8, 2, 1) and abs(c["diff"] - 0.0625) < 1e-12
