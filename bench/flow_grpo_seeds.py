@@ -18,6 +18,8 @@ import argparse, json, shutil, statistics, time
 from dataclasses import replace
 from pathlib import Path
 
+from coa_lib.core import PROFILES
+
 OUT = Path(__file__).resolve().parent / "results" / "flow_grpo_seeds.json"
 
 
@@ -87,7 +89,7 @@ def trained_record(run_dir: Path, warm: Path, planners: dict[int, Path]) -> dict
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", default="runs/full")
-    ap.add_argument("--profile", default="full")
+    ap.add_argument("--profile", default="full", choices=PROFILES)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     a = ap.parse_args()
     if len(set(a.seeds)) < 2 or 0 not in a.seeds: raise SystemExit("--seeds: seed 0 (the stage's planner) and at least one other")

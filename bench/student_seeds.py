@@ -17,6 +17,8 @@ import argparse, json, shutil, statistics, time
 from dataclasses import replace
 from pathlib import Path
 
+from coa_lib.core import PROFILES
+
 OUT = Path(__file__).resolve().parent / "results" / "student_seeds.json"
 COMPARED = ("coa", "coa_unfiltered", "react")
 PAIRS = (("coa", "react"), ("coa", "coa_unfiltered"))
@@ -84,7 +86,7 @@ def summarize(per_seed: dict[int, dict[str, dict[str, float]]], kind_of: dict[st
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", default="runs/full")
-    ap.add_argument("--profile", default="full")
+    ap.add_argument("--profile", default="full", choices=PROFILES)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     a = ap.parse_args()
     if len(a.seeds) < 2: raise SystemExit("at least two seeds: a spread needs more than one")
