@@ -42,8 +42,8 @@ def eval_name(seed: int | None, samples: int = 1) -> str:
     return base if samples == 1 else f"{base}_avg{samples}"
 
 
-def evaluations(run_dir: Path, profile: str, planners: dict[int, Path]) -> dict[str, dict]:
-    "{evaluation name: {task id: mean correctness over its flows}} for the warm start and every seed's planner, greedy and avg@k."
+def evaluations(run_dir: Path, profile: str, planners: dict[int, Path]) -> tuple[dict[str, dict], dict[str, dict]]:
+    "({evaluation name: {task id: mean correctness over its flows}}, {evaluation name: its metrics}) for the warm start and every seed's planner, greedy and avg@k."
     from coa_lib.agentflow import AgentFlowConfig
     from coa_lib.flow_grpo import FlowGRPOConfig
     from coa_lib.report import per_task_mean
@@ -53,11 +53,16 @@ def evaluations(run_dir: Path, profile: str, planners: dict[int, Path]) -> dict[
     warm = planner_warm_start(run_dir, acfg)
     runs = [(eval_name(None, n), warm, n) for n in ([1, k] if k > 1 else [1])]
     runs += [(eval_name(s, n), p, n) for n in ([1, k] if k > 1 else [1]) for s, p in planners.items()]
-    out = {}
+    out, metrics = {}, {}
     for name, path, n in runs:
-        flow_eval(run_dir, name, path, test, acfg, temperature=gcfg.temperature if n > 1 else 0.0, samples=n)
+        metrics[name] = flow_eval(run_dir, name, path, test, acfg, temperature=gcfg.temperature if n > 1 else 0.0, samples=n)
         out[name] = per_task_mean(flow_eval_records(run_dir, name))
-    return out
+    return out, metrics
+
+
+def tool_shares(metrics: dict[str, dict], seeds: list[int]) -> dict[str, dict[str, float]]:
+    "Each greedy planner's share of planner turns per tool on the test tasks: the warm start's, then every seed's (the direction of the shift can differ by seed)."
+    return {"warm_start": metrics[eval_name(None)]["tool_share"], **{str(s): metrics[eval_name(s)]["tool_share"] for s in seeds}}
 
 
 def summarize(per_task: dict[str, dict[str, float]], seeds: list[int], category_of: dict[str, str], samples: int) -> dict:
@@ -100,10 +105,10 @@ def main():
     rd, t0, seeds = resolve_run_dir(a.run_dir), time.perf_counter(), sorted(set(a.seeds))
     acfg, gcfg = AgentFlowConfig.for_profile(a.profile), FlowGRPOConfig.for_profile(a.profile)
     planners = seed_planners(rd, a.profile, seeds)
-    per_task = evaluations(rd, a.profile, planners)
+    per_task, metrics = evaluations(rd, a.profile, planners)
     kind_category = {kind: c for c, kinds in CATEGORIES.items() for kind in kinds}
     category_of = {t["id"]: kind_category[t["kind"]] for t in agentflow_tasks(rd, acfg, "test", acfg.n_test)}
-    res = {"seeds": seeds, **summarize(per_task, seeds, category_of, gcfg.test_samples),
+    res = {"seeds": seeds, **summarize(per_task, seeds, category_of, gcfg.test_samples), "tool_share": tool_shares(metrics, seeds),
            "trained": trained_record(rd, planner_warm_start(rd, acfg), planners), "profile": a.profile, "wall_s": time.perf_counter() - t0}
     for mode in ("greedy", f"avg{gcfg.test_samples}"):
         if mode not in res: continue

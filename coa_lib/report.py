@@ -15,11 +15,11 @@ from .core import atomic_write_text, pct, read_json
 __all__ = ['SEEDS_FILE', 'FLOW_SEEDS_FILE', 'CLAIMS', 'VERDICT_WORDS', 'VERSIONED', 'PLUMBING_PROFILES', 'RESULTS_BEGIN',
            'RESULTS_END', 'Claim', 'verdict', 'afm_token_claim', 'afm_tool_claim', 'afm_accuracy_claim', 'afm_rl_claim',
            'paired_evaluations', 'seeds_file_problem', 'student_comparison', 'afm_format_claim', 'afm_filter_claim',
-           'planner_comparison', 'per_task_mean', 'flow_seeds_comparison', 'af_flow_grpo_claim', 'af_offline_claim',
-           'af_budget_claim', 'af_tools_claim', 'af_game24_claim', 'collect_claims', 'claims_table', 'claims_summary',
-           'package_versions', 'stage_markers', 'run_profiles', 'run_seeds', 'provenance', 'notebooks_html',
-           'figure_caption', 'run_figures', 'plumbing_note', 'build_report', 'readme_results', 'results_prose',
-           'check_results_prose', 'update_readme', 'main']
+           'planner_comparison', 'per_task_mean', 'flow_seeds', 'flow_seeds_comparison', 'af_flow_grpo_claim',
+           'af_offline_claim', 'af_budget_claim', 'af_tools_claim', 'af_game24_claim', 'collect_claims', 'claims_table',
+           'claims_summary', 'package_versions', 'stage_markers', 'run_profiles', 'run_seeds', 'provenance',
+           'notebooks_html', 'figure_caption', 'run_figures', 'plumbing_note', 'build_report', 'readme_results',
+           'results_prose', 'check_results_prose', 'update_readme', 'main']
 
 # %% ../nbs/14c_report.ipynb #da1de360
 @dataclass(frozen=True)
@@ -151,12 +151,17 @@ def per_task_mean(records: list[dict]) -> dict[str, float]:
 
 FLOW_SEEDS_FILE = "flow_grpo_seeds.json"   # written by bench/flow_grpo_seeds.py: Flow-GRPO from one warm start at several seeds
 
-def flow_seeds_comparison(rd: Path) -> tuple[dict | None, str]:
-    "(Flow-GRPO − warm start on the per-task accuracy averaged over seeds, what the seeds say) from the run's `flow_grpo_seeds.json` of its own planners; (None, why not) without one."
+def flow_seeds(rd: Path) -> tuple[dict | None, str]:
+    "(the run's `flow_grpo_seeds.json`, '') while it measured the run's own planners; (None, why it is not used, or '' without one)."
     if not (rd / FLOW_SEEDS_FILE).exists(): return None, ""
     s = read_json(rd / FLOW_SEEDS_FILE)
     problem = seeds_file_problem(rd, s, FLOW_SEEDS_FILE, "planners")
-    if problem: return None, f"; {problem}: not used"
+    return (None, f"; {problem}: not used") if problem else (s, "")
+
+def flow_seeds_comparison(rd: Path) -> tuple[dict | None, str]:
+    "(Flow-GRPO − warm start on the per-task accuracy averaged over seeds, what the seeds say) from the run's `flow_grpo_seeds.json` of its own planners; (None, why not) without one."
+    s, why_not = flow_seeds(rd)
+    if s is None: return None, why_not
     g = s["greedy"]
     sampled = next((m for m in s.values() if isinstance(m, dict) and m.get("samples", 1) > 1), None)   # avg@k beside greedy, when measured
     return g["pooled"], (f"; over {len(s['seeds'])} seeds from one warm start (Flow-GRPO " + ", ".join(pct(x) for x in g["flow_grpo_by_seed"]) +
@@ -208,9 +213,13 @@ def af_tools_claim(rd: Path) -> Claim:
     if not tools:
         return Claim(*head, f"no tool chosen: {INVALID_TOOL} turns {pct(w.get(INVALID_TOOL, 0))} → {pct(g.get(INVALID_TOOL, 0))}%", test,
                      None, "flow_grpo_results.json", "no planner turn named a tool, so there is no tool mix to compare")
-    shift = {t: g.get(t, 0.0) - w.get(t, 0.0) for t in tools}
-    return Claim(*head, ", ".join(f"{t} {pct(w.get(t, 0))} → {pct(g.get(t, 0))}%" for t in tools), test,
-                 max(map(abs, shift.values())) >= 0.10, "flow_grpo_results.json")
+    moves = lambda after: max(abs(after.get(t, 0.0) - w.get(t, 0.0)) for t in tools) >= 0.10
+    ours = ", ".join(f"{t} {pct(w.get(t, 0))} → {pct(g.get(t, 0))}%" for t in tools)
+    s, why_not = flow_seeds(rd)
+    if s is None or "tool_share" not in s: return Claim(*head, ours + why_not, test, moves(g), "flow_grpo_results.json")
+    by_seed = [s["tool_share"][str(k)] for k in s["seeds"]]     # where each seed's planner ends: the direction can differ
+    ours += f"; over {len(by_seed)} seeds from one warm start: " + ", ".join(f"{t} " + " / ".join(pct(sh.get(t, 0)) for sh in by_seed) + "%" for t in tools)
+    return Claim(*head, ours, test + " (at every seed, when measured)", all(map(moves, by_seed)), FLOW_SEEDS_FILE)
 
 def af_game24_claim(rd: Path) -> Claim:
     g = read_json(rd / "flow_grpo_results.json")["gameof24"]

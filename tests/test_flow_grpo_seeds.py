@@ -49,7 +49,8 @@ def test_seeds_start_from_the_warm_start_and_the_report_uses_only_a_current_file
     assert out.returncode == 0, out.stderr[-2000:]
     assert done_marker(warm).stat().st_mtime_ns == stamp                                  # the warm start is not retrained
     res = read_json(tmp_path / FLOW_SEEDS_FILE)
-    assert res["seeds"] == [0, 1] and set(res) >= {"greedy", "avg2", "trained"}
+    assert res["seeds"] == [0, 1] and set(res) >= {"greedy", "avg2", "trained", "tool_share"}
+    assert set(res["tool_share"]) == {"warm_start", "0", "1"}                               # where each planner ends, per tool
     assert res["trained"]["1"]["flow_grpo"]["path"] == "agentflow/seeds/seed1/planner_flow_grpo"
     pooled, text = flow_seeds_comparison(tmp_path)
     assert pooled == res["greedy"]["pooled"] and "over 2 seeds from one warm start" in text and "; avg@2 over seeds " in text
