@@ -156,7 +156,7 @@ def flow_seeds(rd: Path) -> tuple[dict | None, str]:
     if not (rd / FLOW_SEEDS_FILE).exists(): return None, ""
     s = read_json(rd / FLOW_SEEDS_FILE)
     problem = seeds_file_problem(rd, s, FLOW_SEEDS_FILE, "planners")
-    return (None, f"; {problem}: not used") if problem else (s, "")
+    return (None, f"{problem}: not used") if problem else (s, "")
 
 def flow_seeds_comparison(rd: Path) -> tuple[dict | None, str]:
     "(Flow-GRPO − warm start on the per-task accuracy averaged over seeds, what the seeds say) from the run's `flow_grpo_seeds.json` of its own planners; (None, why not) without one."
@@ -164,7 +164,7 @@ def flow_seeds_comparison(rd: Path) -> tuple[dict | None, str]:
     if s is None: return None, why_not
     g = s["greedy"]
     sampled = next((m for m in s.values() if isinstance(m, dict) and m.get("samples", 1) > 1), None)   # avg@k beside greedy, when measured
-    return g["pooled"], (f"; over {len(s['seeds'])} seeds from one warm start (Flow-GRPO " + ", ".join(pct(x) for x in g["flow_grpo_by_seed"]) +
+    return g["pooled"], (f"over {len(s['seeds'])} seeds from one warm start (Flow-GRPO " + ", ".join(pct(x) for x in g["flow_grpo_by_seed"]) +
                          f"%): {_pts(g['diff_mean'])} ± {100 * g['diff_sd']:.1f}; per-task mean over seeds {_paired(g['pooled'])}" +
                          (f"; avg@{sampled['samples']} over seeds {_paired(sampled['pooled'])}" if sampled else ""))
 
@@ -183,11 +183,11 @@ def af_flow_grpo_claim(rd: Path) -> Claim:
     "Flow-GRPO − warm start, paired on test; decided over seeds when the run has a seeds file of its own planners."
     c = planner_comparison(rd, "flow_grpo", "warm_start")
     pooled, over_seeds = flow_seeds_comparison(rd)
-    decides = pooled or c
+    decides, one_run = pooled or c, _paired_planners(c, "Flow-GRPO", "warm start") + _sampled_planners(rd, "flow_grpo", "warm_start")
+    ours = f"{over_seeds}; the stage's planner alone (seed 0): {one_run}" if pooled else "; ".join(filter(None, (one_run, over_seeds)))   # what decides, first
     return Claim("AgentFlow", "Flow-GRPO in the flow improves the planner",
                  "improves on the untrained planner; AgentFlow-7B +14.9 / +14.0 / +14.5 points over the best baselines (search / agentic / math)",
-                 _paired_planners(c, "Flow-GRPO", "warm start") + _sampled_planners(rd, "flow_grpo", "warm_start") + over_seeds,
-                 "Flow-GRPO − warm start > 0 (greedy; over seeds when measured), 95% interval above 0", _holds(decides["sign"]),
+                 ours, "Flow-GRPO − warm start > 0 (greedy; over seeds when measured), 95% interval above 0", _holds(decides["sign"]),
                  FLOW_SEEDS_FILE if pooled else "agentflow/eval: flow_grpo + warm_start", undecided=decides["sign"] == 0)
 
 def af_offline_claim(rd: Path) -> Claim:
@@ -216,7 +216,7 @@ def af_tools_claim(rd: Path) -> Claim:
     moves = lambda after: max(abs(after.get(t, 0.0) - w.get(t, 0.0)) for t in tools) >= 0.10
     ours = ", ".join(f"{t} {pct(w.get(t, 0))} → {pct(g.get(t, 0))}%" for t in tools)
     s, why_not = flow_seeds(rd)
-    if s is None or "tool_share" not in s: return Claim(*head, ours + why_not, test, moves(g), "flow_grpo_results.json")
+    if s is None or "tool_share" not in s: return Claim(*head, "; ".join(filter(None, (ours, why_not))), test, moves(g), "flow_grpo_results.json")
     by_seed = [s["tool_share"][str(k)] for k in s["seeds"]]     # where each seed's planner ends: the direction can differ
     ours += f"; over {len(by_seed)} seeds from one warm start: " + ", ".join(f"{t} " + " / ".join(pct(sh.get(t, 0)) for sh in by_seed) + "%" for t in tools)
     return Claim(*head, ours, test + " (at every seed, when measured)", all(map(moves, by_seed)), FLOW_SEEDS_FILE)
