@@ -42,17 +42,20 @@ def eval_name(seed: int | None, samples: int = 1) -> str:
     return base if samples == 1 else f"{base}_avg{samples}"
 
 
-def evaluations(run_dir: Path, profile: str, planners: dict[int, Path]) -> tuple[dict[str, dict], dict[str, dict]]:
-    "({evaluation name: {task id: mean correctness over its flows}}, {evaluation name: its metrics}) for the warm start and every seed's planner, greedy and avg@k."
+def sample_counts(k: int) -> list[int]:
+    "Flows per task of the evaluations: greedy (1), and avg@k beside it when k > 1."
+    return [1, k] if k > 1 else [1]
+
+
+def evaluations(run_dir: Path, profile: str, planners: dict[int, Path], test: list[dict]) -> tuple[dict[str, dict], dict[str, dict]]:
+    "({evaluation name: {task id: mean correctness over its flows}}, {evaluation name: its metrics}) for the warm start and every seed's planner on `test`, greedy and avg@k."
     from coa_lib.agentflow import AgentFlowConfig
     from coa_lib.flow_grpo import FlowGRPOConfig
     from coa_lib.report import per_task_mean
-    from coa_lib.stage_agentflow import agentflow_tasks, flow_eval, flow_eval_records, planner_warm_start
+    from coa_lib.stage_agentflow import flow_eval, flow_eval_records, planner_warm_start
     acfg, gcfg = AgentFlowConfig.for_profile(profile), FlowGRPOConfig.for_profile(profile)
-    test, k = agentflow_tasks(run_dir, acfg, "test", acfg.n_test), gcfg.test_samples
     warm = planner_warm_start(run_dir, acfg)
-    runs = [(eval_name(None, n), warm, n) for n in ([1, k] if k > 1 else [1])]
-    runs += [(eval_name(s, n), p, n) for n in ([1, k] if k > 1 else [1]) for s, p in planners.items()]
+    runs = [(eval_name(s, n), warm if s is None else planners[s], n) for n in sample_counts(gcfg.test_samples) for s in (None, *planners)]
     out, metrics = {}, {}
     for name, path, n in runs:
         metrics[name] = flow_eval(run_dir, name, path, test, acfg, temperature=gcfg.temperature if n > 1 else 0.0, samples=n)
@@ -69,7 +72,7 @@ def summarize(per_task: dict[str, dict[str, float]], seeds: list[int], category_
     "Per seed, Flow-GRPO − warm start (mean of categories, paired); over seeds, its mean ± sd and the paired test of the per-task mean over seeds."
     from coa_lib.evaluate import paired_group_mean
     out = {}
-    for k in ([1, samples] if samples > 1 else [1]):
+    for k in sample_counts(samples):
         warm = per_task[eval_name(None, k)]
         by_seed = {s: per_task[eval_name(s, k)] for s in seeds}
         tasks = sorted(set(warm).intersection(*map(set, by_seed.values())))
@@ -84,13 +87,6 @@ def summarize(per_task: dict[str, dict[str, float]], seeds: list[int], category_
     return out
 
 
-def trained_record(run_dir: Path, warm: Path, planners: dict[int, Path]) -> dict[str, dict[str, dict]]:
-    "Which planners the file measured: {seed: {name: its path in the run dir and its training's fingerprint}}; seed 0 holds the warm start too."
-    from coa_lib.core import model_fingerprint
-    entry = lambda p: {"path": str(Path(p).resolve().relative_to(run_dir.resolve())), "fingerprint": model_fingerprint(p)}
-    return {str(s): {"flow_grpo": entry(p), **({"warm_start": entry(warm)} if s == 0 else {})} for s, p in sorted(planners.items())}
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", default="runs/full")
@@ -98,18 +94,20 @@ def main():
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     a = ap.parse_args()
     if len(set(a.seeds)) < 2 or 0 not in a.seeds: raise SystemExit("--seeds: seed 0 (the stage's planner) and at least one other")
-    from coa_lib.agentflow import CATEGORIES, AgentFlowConfig
+    from coa_lib.agentflow import CATEGORY_OF, AgentFlowConfig
     from coa_lib.core import atomic_write_json, resolve_run_dir
     from coa_lib.flow_grpo import FlowGRPOConfig
+    from coa_lib.report import seeds_record
     from coa_lib.stage_agentflow import agentflow_tasks, planner_warm_start
     rd, t0, seeds = resolve_run_dir(a.run_dir), time.perf_counter(), sorted(set(a.seeds))
     acfg, gcfg = AgentFlowConfig.for_profile(a.profile), FlowGRPOConfig.for_profile(a.profile)
+    test = agentflow_tasks(rd, acfg, "test", acfg.n_test)
     planners = seed_planners(rd, a.profile, seeds)
-    per_task, metrics = evaluations(rd, a.profile, planners)
-    kind_category = {kind: c for c, kinds in CATEGORIES.items() for kind in kinds}
-    category_of = {t["id"]: kind_category[t["kind"]] for t in agentflow_tasks(rd, acfg, "test", acfg.n_test)}
+    per_task, metrics = evaluations(rd, a.profile, planners, test)
+    category_of = {t["id"]: CATEGORY_OF[t["kind"]] for t in test}
+    measured = {s: {"flow_grpo": p, **({"warm_start": planner_warm_start(rd, acfg)} if s == 0 else {})} for s, p in planners.items()}   # seed 0 holds the warm start too
     res = {"seeds": seeds, **summarize(per_task, seeds, category_of, gcfg.test_samples), "tool_share": tool_shares(metrics, seeds),
-           "trained": trained_record(rd, planner_warm_start(rd, acfg), planners), "profile": a.profile, "wall_s": time.perf_counter() - t0}
+           "trained": seeds_record(rd, measured), "profile": a.profile, "wall_s": time.perf_counter() - t0}
     for mode in ("greedy", f"avg{gcfg.test_samples}"):
         if mode not in res: continue
         r, p = res[mode], res[mode]["pooled"]

@@ -59,13 +59,6 @@ def evaluations(run_dir: Path, profile: str, seed: int, paths: dict[str, Path]) 
     return {s: per_task_correct(eval_records(run_dir, name(s))) for s in COMPARED}
 
 
-def trained_record(run_dir: Path, trained: dict[int, dict[str, Path]]) -> dict[str, dict[str, dict]]:
-    "Which students the file measured: {seed: {student: its path in the run dir and the fingerprint of its training}} (the report uses the file only while seed 0's are the run's)."
-    from coa_lib.core import model_fingerprint
-    return {str(k): {s: {"path": str(Path(p).resolve().relative_to(run_dir.resolve())), "fingerprint": model_fingerprint(p)} for s, p in paths.items()}
-            for k, paths in sorted(trained.items())}
-
-
 def summarize(per_seed: dict[int, dict[str, dict[str, float]]], kind_of: dict[str, str]) -> dict:
     "Mean ± sd of each student's accuracy over seeds (and each kind's accuracy per seed), and paired tests on the per-task accuracy averaged over seeds."
     from coa_lib.evaluate import paired_difference
@@ -91,6 +84,7 @@ def main():
     a = ap.parse_args()
     if len(a.seeds) < 2: raise SystemExit("at least two seeds: a spread needs more than one")
     from coa_lib.core import atomic_write_json, resolve_run_dir
+    from coa_lib.report import seeds_record
     rd = resolve_run_dir(a.run_dir)
     per_seed, t0 = {}, time.perf_counter()
     trained = seed_students(rd, a.profile, a.seeds)
@@ -98,7 +92,8 @@ def main():
         per_seed[seed] = evaluations(rd, a.profile, seed, trained[seed])
         print(f"seed {seed}: " + ", ".join(f"{s} {sum(v.values()) / len(v):.3f}" for s, v in per_seed[seed].items()), flush=True)
     kind_of = {t["id"]: t["kind"] for t in test_tasks(rd, a.profile)}
-    res = {**summarize(per_seed, kind_of), "trained": trained_record(rd, trained), "profile": a.profile, "wall_s": time.perf_counter() - t0}
+    # "trained": which students it measured; the report uses the file only while seed 0's are the run's
+    res = {**summarize(per_seed, kind_of), "trained": seeds_record(rd, trained), "profile": a.profile, "wall_s": time.perf_counter() - t0}
     for k, c in res["comparisons"].items():
         print(f"{k}: {100 * c['diff']:+.1f} points [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}] over {c['n']} tasks, "
               f"sign {c['sign']:+d}, sign test p = {c['sign_test_p']:.2g}")

@@ -25,10 +25,11 @@ from .tools import ToolBox, one_line
 
 # %% auto #0
 __all__ = ['TOOL_HELP', 'COA_TAG', 'TOOL_OF_TAG', 'INVALID_TOOL', 'TOOL_LABELS', 'EXECUTOR_ARGS', 'FLOW_ROLES', 'AF_KINDS',
-           'CATEGORIES', 'FlowTool', 'parse_tool', 'tool_label', 'Verdict', 'MemoryStep', 'Memory', 'read_memory',
-           'FlowRole', 'FlowRoleSpec', 'tools_text', 'flow_prompt', 'Decision', 'parse_decision', 'render_decision',
-           'executor_instruction', 'parse_verdict_line', 'BackendPlanner', 'ModelPlanner', 'FlowModules', 'FlowLimits',
-           'FlowRecord', 'is_tool_error', 'solve', 'flow_metrics', 'planner_sft_rows', 'AgentFlowConfig']
+           'CATEGORIES', 'CATEGORY_OF', 'FlowTool', 'parse_tool', 'tool_label', 'Verdict', 'MemoryStep', 'Memory',
+           'read_memory', 'FlowRole', 'FlowRoleSpec', 'tools_text', 'flow_prompt', 'Decision', 'parse_decision',
+           'render_decision', 'executor_instruction', 'parse_verdict_line', 'BackendPlanner', 'ModelPlanner',
+           'FlowModules', 'FlowLimits', 'FlowRecord', 'is_tool_error', 'solve', 'flow_metrics', 'planner_sft_rows',
+           'AgentFlowConfig']
 
 # %% ../nbs/11b_agentflow.ipynb #900b8f55
 class FlowTool(str, Enum):
@@ -342,6 +343,7 @@ def solve(tasks: Sequence[dict] | dict, modules: FlowModules, max_turns: int = 5
 # %% ../nbs/11b_agentflow.ipynb #f7a0ae5c
 AF_KINDS = ("multihop", "comparison", "mixed", "math", "game24")
 CATEGORIES = {"search": ("multihop", "comparison"), "agentic": ("mixed",), "math": ("math", "game24")}   # AgentFlow's groups
+CATEGORY_OF = {kind: c for c, kinds in CATEGORIES.items() for kind in kinds}                           # each kind's group
 
 def _acc(rewards: Sequence[float]) -> dict: return accuracy_of([full_reward(r) for r in rewards])
 

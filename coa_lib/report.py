@@ -14,12 +14,12 @@ from .core import atomic_write_text, pct, read_json
 # %% auto #0
 __all__ = ['SEEDS_FILE', 'FLOW_SEEDS_FILE', 'CLAIMS', 'VERDICT_WORDS', 'VERSIONED', 'PLUMBING_PROFILES', 'RESULTS_BEGIN',
            'RESULTS_END', 'Claim', 'verdict', 'afm_token_claim', 'afm_tool_claim', 'afm_accuracy_claim', 'afm_rl_claim',
-           'paired_evaluations', 'seeds_file_problem', 'student_comparison', 'afm_format_claim', 'afm_filter_claim',
-           'planner_comparison', 'per_task_mean', 'flow_seeds', 'flow_seeds_comparison', 'af_flow_grpo_claim',
-           'af_offline_claim', 'af_budget_claim', 'af_tools_claim', 'af_game24_claim', 'collect_claims', 'claims_table',
-           'claims_summary', 'package_versions', 'stage_markers', 'run_profiles', 'run_seeds', 'provenance',
-           'notebooks_html', 'figure_caption', 'run_figures', 'plumbing_note', 'build_report', 'readme_results',
-           'results_prose', 'check_results_prose', 'update_readme', 'main']
+           'paired_evaluations', 'seeds_record', 'seeds_file_problem', 'student_comparison', 'afm_format_claim',
+           'afm_filter_claim', 'planner_comparison', 'per_task_mean', 'flow_seeds', 'flow_seeds_comparison',
+           'af_flow_grpo_claim', 'af_offline_claim', 'af_budget_claim', 'af_tools_claim', 'af_game24_claim',
+           'collect_claims', 'claims_table', 'claims_summary', 'package_versions', 'stage_markers', 'run_profiles',
+           'run_seeds', 'provenance', 'notebooks_html', 'figure_caption', 'run_figures', 'plumbing_note',
+           'build_report', 'readme_results', 'results_prose', 'check_results_prose', 'update_readme', 'main']
 
 # %% ../nbs/14c_report.ipynb #da1de360
 @dataclass(frozen=True)
@@ -90,6 +90,12 @@ def paired_evaluations(rd: Path, a: str, b: str) -> dict:
         if not path.exists(): raise FileNotFoundError(2, "no evaluation records", str(path))   # errno 2: ENOENT
     return paired_records(*(load_from_disk(str(p)) for p in paths))
 
+def seeds_record(rd: Path, models: dict[int, dict[str, Path]]) -> dict[str, dict[str, dict]]:
+    "Which models a seeds file measured: {seed: {name: its path in the run dir and its training's fingerprint}} (what `seeds_file_problem` checks)."
+    from coa_lib.core import model_fingerprint
+    entry = lambda p: {"path": str(Path(p).resolve().relative_to(Path(rd).resolve())), "fingerprint": model_fingerprint(p)}
+    return {str(k): {name: entry(p) for name, p in paths.items()} for k, paths in sorted(models.items())}
+
 def seeds_file_problem(rd: Path, seeds: dict, file: str = SEEDS_FILE, what: str = "students") -> str | None:
     "Why a seeds file does not measure the run's models (None when its seed-0 models are the run's, at their paths now)."
     from coa_lib.core import model_fingerprint
@@ -98,6 +104,7 @@ def seeds_file_problem(rd: Path, seeds: dict, file: str = SEEDS_FILE, what: str 
     stale = [name for name, t in trained.items() if model_fingerprint(rd / t["path"]) != t["fingerprint"]]
     return f"{file} measured other {what} than this run's ({', '.join(stale)} retrained since)" if stale else None
 
+# %% ../nbs/14c_report.ipynb #20b13b7d
 def student_comparison(rd: Path, a: str, b: str) -> tuple[dict, str, str]:
     "(paired comparison of SFT students `a` − `b` on the same test tasks, what it averages over, its source): over seeds when the run has a `student_seeds.json` of its own students, else over one run's test records."
     note = ""
@@ -135,13 +142,12 @@ def afm_filter_claim(rd: Path) -> Claim:
 # %% ../nbs/14c_report.ipynb #c7c2f38f
 def planner_comparison(rd: Path, a: str, b: str) -> dict:
     "Planner `a` − planner `b` in the same AgentFlow system: the mean of categories, paired task by task on the test split."
-    from coa_lib.agentflow import CATEGORIES
+    from coa_lib.agentflow import CATEGORY_OF
     from coa_lib.evaluate import paired_group_mean
     from coa_lib.stage_agentflow import flow_eval_records
-    category = {k: c for c, ks in CATEGORIES.items() for k in ks}
     recs = {p: flow_eval_records(rd, p) for p in (a, b)}
     correct = {p: per_task_mean(rs) for p, rs in recs.items()}           # several flows per task (avg@k): their mean
-    return paired_group_mean(correct[a], correct[b], {r["id"]: category[r["kind"]] for r in recs[a]})
+    return paired_group_mean(correct[a], correct[b], {r["id"]: CATEGORY_OF[r["kind"]] for r in recs[a]})
 
 def per_task_mean(records: list[dict]) -> dict[str, float]:
     "Each task's mean correctness over its flows (one flow per task when greedy)."

@@ -28,14 +28,14 @@ def test_seeds_share_the_stage_base_and_leave_it_alone(tmp_path):
 
 def test_a_retrained_student_is_evaluated_anew_and_the_report_drops_a_stale_file(tmp_path):
     bench = _bench()
-    from coa_lib.report import seeds_file_problem
+    from coa_lib.report import seeds_file_problem, seeds_record
     trained = bench.seed_students(tmp_path, "smoke", [0, 1])
     metrics = lambda s: tmp_path / "seeds" / "seed1" / "eval" / f"{s}_test" / "metrics.json"
     first = bench.evaluations(tmp_path, "smoke", 1, trained[1])
     stamps = {s: metrics(s).stat().st_mtime_ns for s in bench.COMPARED}
     assert bench.evaluations(tmp_path, "smoke", 1, trained[1]) == first                  # found again: nothing re-run
     assert {s: metrics(s).stat().st_mtime_ns for s in bench.COMPARED} == stamps
-    record = bench.trained_record(tmp_path, trained)
+    record = seeds_record(tmp_path, trained)                                                # what the bench writes as "trained"
     assert record["0"]["coa"]["path"] == "sft/coa" and seeds_file_problem(tmp_path, {"trained": record}) is None
     coa1 = trained[1]["coa"]                                                               # seed 1's CoA student "retrained": another record
     mark_built(coa1, {**training_record(coa1), "steps": -1})
