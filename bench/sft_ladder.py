@@ -108,7 +108,8 @@ def teacher_config(a):
     "The profile's teacher with the data styles asked for (its own checks refuse a style without the one it builds on)."
     from coa_lib.mas import DataStyle, TeacherConfig
     return replace(TeacherConfig.for_profile(a.profile), style=DataStyle(span_findings=a.span_findings, compare_by_code=a.compare_by_code,
-                                                                        compare_cue=a.compare_cue, sentence_kinds=tuple(a.sentence_kind)))
+                                                                        compare_cue=a.compare_cue, sentence_kinds=tuple(a.sentence_kind),
+                                                                        code_cue=a.code_cue))
 
 
 def ladder_run(rd: Path, a):
@@ -161,7 +162,7 @@ def run_rung(a) -> dict:
     res = {"label": a.label, "size": a.size, "base": a.base, "phases": [{"kinds": list(k), "tokens": t} for k, t in phases],
            "rows_cap": a.rows, "obs_weight": a.obs_weight, "config": asdict(cfg), "n_dev_per_kind": a.n_dev,
            "learning_rate": cfg.learning_rate, "minutes_cap": a.minutes, "pretrained": a.pretrained, "span_findings": a.span_findings, "compare_by_code": a.compare_by_code,
-           "compare_cue": a.compare_cue, "sentence_kinds": a.sentence_kind,
+           "compare_cue": a.compare_cue, "sentence_kinds": a.sentence_kind, "code_cue": a.code_cue,
            "load_avg_before": os.getloadavg()[0], "curve": [], "phases_done": []}
     out_json = OUT / f"{a.label}.json"
     base, offset = None, 0
@@ -412,6 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="SFT rows whose comparisons end with a code step comparing the findings (coa_lib.teacher.plan_steps)")
     ap.add_argument("--compare-cue", action="store_true",
                     help="with --compare-by-code: the program prints its answer after its own words (coa_lib.teacher.comparison_code)")
+    ap.add_argument("--code-cue", action="store_true",
+                    help="SFT rows whose code programs read their integer parameters from the question's words (coa_lib.problems.cued_solution)")
     ap.add_argument("--sentence-kind", action="append", default=[], metavar="KIND",
                     help="with --span-findings: this kind's findings stay the page's sentences (repeatable)")
     ap.add_argument("--base-only", action="store_true", help="with --base-steps: only build the base of --size (quote, and reading with --base-reading)")

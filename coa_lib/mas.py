@@ -396,6 +396,7 @@ class DataStyle:
     compare_by_code: bool = False   # the planner ends a comparison with a code step that compares the two findings
     compare_cue: bool = False       # ... whose program prints its answer after its own words ('max born: Ann Bo'): the Result line copies from a cue
     sentence_kinds: tuple[str, ...] = ()   # with span_findings, these kinds' findings stay the page's sentences (e.g. comparison)
+    code_cue: bool = False          # a code task's program reads its integer parameters from the question's words (coa_lib.problems.cued_solution)
 
     def __post_init__(self):
         object.__setattr__(self, "sentence_kinds", tuple(self.sentence_kinds))

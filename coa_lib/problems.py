@@ -4,7 +4,7 @@
 
 # %% ../nbs/01b_problems.ipynb #b0be282c
 from __future__ import annotations
-import functools, itertools, random, re
+import functools, itertools, json, random, re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable
@@ -14,9 +14,10 @@ from .core import (agentflow_benchmark_dir, format_error, get_field, meta_json, 
 from .worlds import NameGen
 
 # %% auto #0
-__all__ = ['MATH_TEMPLATES', 'FIZZ', 'SEQS', 'CODE_FAMILIES', 'CODE_PROBLEMS', 'N_CODE_TESTS', 'MathTemplate', 'math_rows',
-           'reachable', 'solve24', 'solvable_hands', 'read_hand', 'game24_record', 'excluded_game24_hands',
-           'game24_question', 'game24_hands', 'game24_rows', 'CodeFamily', 'code_problems', 'code_rows']
+__all__ = ['MATH_TEMPLATES', 'FIZZ', 'SEQS', 'CODE_FAMILIES', 'CODE_PROBLEMS', 'N_CODE_TESTS', 'CODE_FAMILY', 'MathTemplate',
+           'math_rows', 'reachable', 'solve24', 'solvable_hands', 'read_hand', 'game24_record', 'excluded_game24_hands',
+           'game24_question', 'game24_hands', 'game24_rows', 'CodeFamily', 'code_problems', 'code_rows', 'cue_phrase',
+           'cued_solution', 'cued_reference']
 
 # %% ../nbs/01b_problems.ipynb #c95c6372
 @dataclass(frozen=True)
@@ -190,6 +191,7 @@ class CodeFamily:
     describe: Callable[[dict], str]
     solution: Callable[[dict], str]       # reference source defining the function
     args: Callable[[random.Random, dict], tuple]
+    cued: Callable[[dict, Callable[[str], str]], str] | None = None   # the solution reading its integer parameters from the question's words (`cued_solution`)
 
 def _words(r, k=None, alphabet="abcdefghijklmnopqrstuvwxyz"):
     return [ "".join(r.choice(alphabet) for _ in range(r.randint(1, 8))) for _ in range(k if k is not None else r.randint(1, 6))]
@@ -275,17 +277,20 @@ CODE_FAMILIES += (   # the families continue, in a fixed order (splits and sampl
         lambda p: "def caesar(s: str) -> str",
         lambda p: f"Shift every lowercase letter of `s` {p['k']} places forward in the alphabet, wrapping from z to a; keep other characters.",
         lambda p: f"def caesar(s):\n    return ''.join(chr((ord(c) - 97 + {p['k']}) % 26 + 97) if 'a' <= c <= 'z' else c for c in s)\n",
-        lambda r, p: (" ".join(_words(r, alphabet="abcdefghijklmnopqrstuvwxyzA!")),)),
+        lambda r, p: (" ".join(_words(r, alphabet="abcdefghijklmnopqrstuvwxyzA!")),),
+        cued=lambda p, read: f"def caesar(s):\n    k = {read('k')}\n    return ''.join(chr((ord(c) - 97 + k) % 26 + 97) if 'a' <= c <= 'z' else c for c in s)\n"),
     CodeFamily("kth_largest", ({"k": 2}, {"k": 3}),
         lambda p: "def kth_largest(nums: list) -> int",
         lambda p: f"Return the {['', 'first', 'second', 'third'][p['k']]} largest *distinct* value in `nums` (it has at least {p['k']} distinct values).",
         lambda p: f"def kth_largest(nums):\n    return sorted(set(nums), reverse=True)[{p['k'] - 1}]\n",
-        lambda r, p: (r.sample(range(-20, 60), p["k"]) + _ints(r, -20, 60),)),
+        lambda r, p: (r.sample(range(-20, 60), p["k"]) + _ints(r, -20, 60),),
+        cued=lambda p, read: f"def kth_largest(nums):\n    k = {read('k')}\n    return sorted(set(nums), reverse=True)[k - 1]\n"),
     CodeFamily("long_words", tuple({"t": t} for t in range(2, 8)),
         lambda p: "def count_long_words(s: str) -> int",
         lambda p: f"Return how many whitespace-separated words of `s` are longer than {p['t']} characters.",
         lambda p: f"def count_long_words(s):\n    return sum(1 for w in s.split() if len(w) > {p['t']})\n",
-        lambda r, p: (" ".join(_words(r, r.randint(0, 8))),)),
+        lambda r, p: (" ".join(_words(r, r.randint(0, 8))),),
+        cued=lambda p, read: f"def count_long_words(s):\n    t = {read('t')}\n    return sum(1 for w in s.split() if len(w) > t)\n"),
     CodeFamily("nested", ({"fn": "flatten"}, {"fn": "nested_sum"}),
         lambda p: f"def {p['fn']}(xs: list) -> {'list' if p['fn'] == 'flatten' else 'int'}",
         lambda p: ("Return the integers of the arbitrarily nested list `xs`, in order, as one flat list." if p["fn"] == "flatten"
@@ -316,7 +321,8 @@ CODE_FAMILIES += (   # the families continue, in a fixed order (splits and sampl
         lambda p: "def chunk(xs: list) -> list",
         lambda p: f"Split `xs` into consecutive lists of {p['k']} elements (the last one may be shorter) and return the list of them.",
         lambda p: f"def chunk(xs):\n    return [xs[i:i + {p['k']}] for i in range(0, len(xs), {p['k']})]\n",
-        lambda r, p: (_ints(r, 0, 9, r.randint(0, 11)),)),
+        lambda r, p: (_ints(r, 0, 9, r.randint(0, 11)),),
+        cued=lambda p, read: f"def chunk(xs):\n    k = {read('k')}\n    return [xs[i:i + k] for i in range(0, len(xs), k)]\n"),
     CodeFamily("dedupe", ({"fold": False}, {"fold": True}),
         lambda p: "def dedupe(words: list) -> list",
         lambda p: "Remove repeated words, keeping the first occurrence of each and the order" + (", where words differing only in case count as the same." if p["fold"] else "."),
@@ -327,7 +333,9 @@ CODE_FAMILIES += (   # the families continue, in a fixed order (splits and sampl
         lambda p: "def to_base(n: int) -> str",
         lambda p: f"Return the digits of the non-negative integer n written in base {p['b']}, as a string without prefix ('0' for 0).",
         lambda p: f"def to_base(n):\n    if n == 0:\n        return '0'\n    out = ''\n    while n:\n        out = str(n % {p['b']}) + out\n        n //= {p['b']}\n    return out\n",
-        lambda r, p: (r.randint(0, 5000),)),
+        lambda r, p: (r.randint(0, 5000),),
+        cued=lambda p, read: (f"def to_base(n):\n    b = {read('b')}\n    if n == 0:\n        return '0'\n    out = ''\n    while n:\n"
+                              "        out = str(n % b) + out\n        n //= b\n    return out\n")),
     CodeFamily("anagram", ({},),
         lambda p: "def is_anagram(a: str, b: str) -> bool",
         lambda p: "Return True if `a` and `b` use the same letters the same number of times, ignoring spaces and case.",
@@ -380,3 +388,21 @@ def code_rows(n: int, split: str, seed: int) -> list[dict]:
         meta.update(split=split, steps=len(t["tests"]), problem_key=stable_hash(["code", fam.name, var]))
         rows.append({"id": f"code-{split}-{seed}-{len(rows)}", "kind": "code", "question": t["question"], "answer": t["answer"], "meta": meta_json(meta)})
     return rows
+
+# %% ../nbs/01b_problems.ipynb #48d40bbc
+def cue_phrase(text: str, value: int, words: int = 3) -> str:
+    "`value` with the (up to) `words` words before its first whole-number occurrence in `text`: 'written in base 9'."
+    m = re.search(rf"(?<![\w.(]){value}(?![\w.)])", text)
+    if m is None: raise ValueError(f"{value} does not occur as a number in {text!r}")
+    return " ".join(text[:m.start()].split()[-words:] + [str(value)])
+
+def cued_solution(fam: CodeFamily, var: dict) -> str | None:
+    "The family's solution reading its integer parameters from the question's words (`k = int(\"of `s` 11\".split()[-1])`); None if it has none."
+    if fam.cued is None: return None
+    return fam.cued(var, lambda key: f"int({json.dumps(cue_phrase(fam.describe(var), var[key]))}.split()[-1])")
+
+CODE_FAMILY = {f.name: f for f in CODE_FAMILIES}
+
+def cued_reference(meta: dict) -> str | None:
+    "`cued_solution` of a code task's (family, variant), from its meta."
+    return cued_solution(CODE_FAMILY[meta["family"]], meta["variant"])

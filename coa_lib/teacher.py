@@ -12,6 +12,7 @@ from .core import task_meta
 from .format import parse_coa
 from .llm import ScriptedBackend
 from .mas import CRITERIA, DataStyle, MistakeKnobs, Role
+from .problems import cued_reference
 from .rewards import check_24, score
 from .tokenizer import IM_END, IM_START
 
@@ -310,8 +311,12 @@ def _example_test(task: dict) -> str | None:
     return f"assert {m.group(1)} == {m.group(2)}\nprint('example passed')" if m else None
 
 # %% ../nbs/05a_scripted_teacher.ipynb #a5707182
-def code_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs, compare_cue: bool = False) -> str:
-    "The scripted code agent: one turn (a code call or a report; `compare_cue`: see `comparison_code`)."
+def _error_tail(out: str, n: int = 200) -> str:
+    "The last `n` characters of a program's error output, without the caret lines that point into a source line (`^^^^`)."
+    return "\n".join(line for line in out.splitlines() if line.strip(" ^~")).strip()[-n:]
+
+def code_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs, compare_cue: bool = False, code_cue: bool = False) -> str:
+    "The scripted code agent: one turn (a code call or a report; `compare_cue`: see `comparison_code`; `code_cue`: a code task's program is `cued_reference`)."
     kind, obs, retry = task["kind"], _observations(p.history), "Check carefully" in p.fields.get("Task", "")
     slip = rng.random() < _p(knobs, knobs.arithmetic_slip_p, retry)
     if obs:
@@ -320,9 +325,9 @@ def code_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeK
             ok = out.endswith("example passed")
             src = code.split("\nassert ", 1)[0]
             return (f"<think>{'The example passes.' if ok else 'The test failed.'}</think>\n"
-                    f"<report>{'example passed' if ok else 'example FAILED: ' + out[-200:]}\n```python\n{src}\n```</report>")
+                    f"<report>{'example passed' if ok else 'example FAILED: ' + _error_tail(out)}\n```python\n{src}\n```</report>")
         if not out or "Error" in out or "Traceback" in out:
-            return f"<think>The code failed.</think>\n<report>Failed: {out[-200:]}</report>"
+            return f"<think>The code failed.</think>\n<report>Failed: {_error_tail(out)}</report>"
         return f"<think>The program printed the result.</think>\n<report>Result: {out.splitlines()[-1]}</report>"
     if kind == "game24":
         hand = [int(x) for x in task["_meta"].get("hand", [])]
@@ -330,7 +335,7 @@ def code_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeK
         hand_text = "the numbers " + ", ".join(map(str, hand[:-1])) + f" and {hand[-1]}"   # the question's own words (see below)
         return f"<think>I will try every order and operator with exact fractions.</think>\n<code>{GAME24_PROGRAM.format(hand=hand_text)}</code>"
     if kind == "code":
-        src, test = task["_meta"].get("reference", ""), _example_test(task)
+        src, test = (code_cue and cued_reference(task["_meta"])) or task["_meta"].get("reference", ""), _example_test(task)
         if slip: src = _slip(src, rng)
         if not src or test is None: return "<think>I cannot write this function.</think>\n<report>Failed: no example to test.</report>"
         return f"<think>I will write the function and check the example.</think>\n<code>{src.rstrip()}\n{test}</code>"
@@ -425,13 +430,13 @@ def prompt_rng(seed: int, prompt: str) -> random.Random:
     return random.Random(int(hashlib.sha1(f"{seed}|{prompt}".encode()).hexdigest()[:16], 16))
 
 class ScriptedTeacher:
-    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure in the data `style` (`DataStyle`: `span_findings`, see `finding`; `compare_by_code`, see `plan_steps`; `compare_cue`, see `comparison_code`)."
+    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure in the data `style` (`DataStyle`: `span_findings`, see `finding`; `compare_by_code`, see `plan_steps`; `compare_cue`, see `comparison_code`; `code_cue`, see `code_policy`)."
     def __init__(self, tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, style: DataStyle = DataStyle()):
         self.knobs, self.seed, self.registry = knobs or MistakeKnobs(), seed, task_registry(tasks)
         search = lambda task, *a: search_policy(task, *a, span_findings=style.span_findings and task["kind"] not in style.sentence_kinds)
         self.policies = {**ROLE_POLICIES, Role.SEARCH.value: search,
                          Role.PLANNER.value: functools.partial(planner_policy, compare_by_code=style.compare_by_code),
-                         Role.CODE.value: functools.partial(code_policy, compare_cue=style.compare_cue)}
+                         Role.CODE.value: functools.partial(code_policy, compare_cue=style.compare_cue, code_cue=style.code_cue)}
 
     def __call__(self, prompt: str) -> str:
         p = read_prompt(prompt)
