@@ -73,6 +73,27 @@ def stored_comparison(a_labels: list[str], b_labels: list[str], key: str = "gree
     return {"a": a_labels, "b": b_labels, "key": key, "pooled": pooled, "pairs": pairs}
 
 
+def code_problem_of(run_dir: str) -> dict[str, str]:
+    "Each dev code task's problem, `family(variant)` (a rung's code accuracy is a few problems', each with several tasks)."
+    from coa_lib.core import resolve_run_dir, task_meta
+    from coa_lib.stage_tasks import build_task_splits
+    from coa_lib.tasks import TaskConfig
+    dev = build_task_splits(resolve_run_dir(run_dir), TaskConfig.for_profile("full"))["dev"]
+    return {t["id"]: f"{m['family']}({', '.join(f'{k}={v}' for k, v in m['variant'].items())})"
+            for t in dev if t["kind"] == "code" for m in [task_meta(t)]}
+
+
+def code_by_problem(labels: list[str], problem_of: dict[str, str], key: str = "greedy") -> dict[str, list[float]]:
+    "Each code problem's accuracy at each rung of `labels` (rung order), over the dev tasks the rungs were evaluated on."
+    out: dict[str, list[float]] = {}
+    for label in labels:
+        rewards, acc = stored_rewards([label], key), {}
+        for t, prob in problem_of.items():
+            if t in rewards: acc.setdefault(prob, []).append(rewards[t])
+        for prob, r in acc.items(): out.setdefault(prob, []).append(round(sum(r) / len(r), 3))
+    return dict(sorted(out.items()))
+
+
 def show(name: str, p: dict) -> None:
     print(f"{name:<28} a {p['mean_a']:.3f}  b {p['mean_b']:.3f}  a-b {p['diff']:+.3f} [{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}]"
           f"  wins {p['wins']} losses {p['losses']}  p {p['sign_test_p']:.2g}")
@@ -81,10 +102,15 @@ def show(name: str, p: dict) -> None:
 def main_stored(a) -> None:
     from coa_lib.core import atomic_write_json
     res = stored_comparison(a.a, a.b, a.key)
+    if a.run_dir:
+        problem_of = code_problem_of(a.run_dir)
+        res["code_by_problem"] = {"a": code_by_problem(a.a, problem_of, a.key), "b": code_by_problem(a.b, problem_of, a.key)}
     atomic_write_json(OUT / f"{a.out}.json", res)
     show(f"pooled over {len(a.a)} / {len(a.b)}", res["pooled"]["all"])
     for k, v in res["pooled"]["by_kind"].items(): show(f"  {k}", v)
     for p in res["pairs"]: show(f"{p['a']} - {p['b']}", p["all"])
+    for prob, acc in res.get("code_by_problem", {}).get("a", {}).items():      # a whole problem at 0 is a collapse
+        print(f"  code {prob:<28} a {' '.join(f'{x:.2f}' for x in acc)}   b {' '.join(f'{x:.2f}' for x in res['code_by_problem']['b'].get(prob, []))}")
 
 
 def main():
@@ -95,6 +121,7 @@ def main():
     ap.add_argument("--b", required=True, nargs="+", help="RUN_DIR:RUNG, the second system; with --stored: rung labels")
     ap.add_argument("--stored", action="store_true", help="pair the rungs' stored per-task rewards (seeds pooled); evaluates nothing")
     ap.add_argument("--key", default="greedy", help="with --stored: the final evaluation to pair (greedy or avg@k)")
+    ap.add_argument("--run-dir", default=None, help="with --stored: a ladder run dir whose dev split names each code task's problem (adds code_by_problem)")
     ap.add_argument("--n-dev", type=int, default=50, help="dev tasks per kind")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", required=True, help="name of the JSON under bench/results/")
