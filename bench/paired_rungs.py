@@ -78,6 +78,7 @@ def code_problem_of(run_dir: str) -> dict[str, str]:
     from coa_lib.core import resolve_run_dir, task_meta
     from coa_lib.stage_tasks import build_task_splits
     from coa_lib.tasks import TaskConfig
+    if not (Path(run_dir) / "tasks_dev").is_dir(): raise SystemExit(f"--run-dir {run_dir}: no dev split there (a ladder run dir has tasks_dev)")
     dev = build_task_splits(resolve_run_dir(run_dir), TaskConfig.for_profile("full"))["dev"]
     return {t["id"]: f"{m['family']}({', '.join(f'{k}={v}' for k, v in m['variant'].items())})"
             for t in dev if t["kind"] == "code" for m in [task_meta(t)]}

@@ -30,3 +30,9 @@ def test_seeds_are_averaged_per_task_before_pairing(rungs):
     assert paired_rungs.stored_rewards(["r0", "r1"])["code-dev-0-0"] == 0.5
     with pytest.raises(SystemExit, match="no rung 'r9'"):
         paired_rungs.stored_rewards(["r9"])
+
+
+def test_a_run_dir_without_a_dev_split_is_refused_and_not_created(tmp_path):
+    with pytest.raises(SystemExit, match="no dev split there"):
+        paired_rungs.code_problem_of(str(tmp_path / "nowhere"))
+    assert not (tmp_path / "nowhere").exists()
