@@ -80,8 +80,8 @@ def code_problem_of(run_dir: str) -> dict[str, str]:
     from coa_lib.tasks import TaskConfig
     if not (Path(run_dir) / "tasks_dev").is_dir(): raise SystemExit(f"--run-dir {run_dir}: no dev split there (a ladder run dir has tasks_dev)")
     dev = build_task_splits(resolve_run_dir(run_dir), TaskConfig.for_profile("full"))["dev"]
-    return {t["id"]: f"{m['family']}({', '.join(f'{k}={v}' for k, v in m['variant'].items())})"
-            for t in dev if t["kind"] == "code" for m in [task_meta(t)]}
+    from code_failures import problem_name
+    return {t["id"]: problem_name(task_meta(t)) for t in dev if t["kind"] == "code"}
 
 
 def code_by_problem(labels: list[str], problem_of: dict[str, str], key: str = "greedy") -> dict[str, list[float]]:
