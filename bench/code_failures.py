@@ -3,8 +3,10 @@
 A code task is solved when the student's first program passes the question's example; no student has recovered from a
 failed test. So each failed episode is named by what its first program got wrong, in this order: no program at all
 ("no program"); a parameter of the problem (`to_base`'s base, `caesar`'s shift: every integer of the variant) not written
-anywhere in it ("parameter"); the example's call and value not copied exactly into its test ("example copy": the
-question's random strings, mostly); else the function itself ("function").
+anywhere in it ("parameter"); no test of the example, because the function never ended (the student repeated a piece of
+it until the length limit: "function loop") or it wrote none ("no test"); the example's call and value not copied
+exactly into its test ("example copy": the question's random strings, mostly, often repeated until the limit); else the
+function itself ("function").
 
     python bench/code_failures.py --run-dir runs/ladder_code --rung mix_nano_codecue_read_5M --out code_failures_codecue
 
@@ -16,18 +18,19 @@ from collections import Counter
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "results"
-_CODE = re.compile(r"<code>(.*?)</code>", re.S)
+_CODE = re.compile(r"<code>(.*?)(</code>|\Z)", re.S)     # a program cut by the length limit runs to the end
 _EXAMPLE = re.compile(r"For example, `(.+?)` returns `(.+?)`\.")
 
 
 def diagnose(trajectory: str, question: str, variant: dict, correct: bool) -> str:
-    "What the first program of a code episode got wrong: 'no program', 'parameter', 'example copy', 'function'; or 'correct'."
+    "What the first program of a code episode got wrong: 'no program', 'parameter', 'function loop', 'no test', 'example copy', 'function'; or 'correct'."
     if correct: return "correct"
     first = _CODE.search(trajectory)
     if first is None: return "no program"
-    program = first.group(1)
+    program, closed = first.group(1), bool(first.group(2))
     numbers = {int(x) for x in re.findall(r"(?<![\w.])\d+(?![\w.])", program)}
     if any(isinstance(v, int) and not isinstance(v, bool) and v not in numbers for v in variant.values()): return "parameter"
+    if "\nassert " not in program: return "no test" if closed else "function loop"
     example = _EXAMPLE.search(question)
     if example and f"assert {example.group(1)} == {example.group(2)}" not in program: return "example copy"
     return "function"

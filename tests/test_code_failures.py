@@ -21,6 +21,10 @@ def test_each_cause_in_order():
     assert diagnose(episode("def to_base(n):\n" + BODY.format(b=7) + good_test), Q, {"b": 9}, False) == "parameter"
     assert diagnose(episode("def to_base(n):\n" + BODY.format(b=9) + "assert to_base(100) == '12'"), Q, {"b": 9}, False) == "example copy"
     assert diagnose(episode("def to_base(n):\n    return str(n % 9)\n" + good_test), Q, {"b": 9}, False) == "function"
+    looping = "<code> def to_base(n):\n    b = 9\n" + "    out = 2:\n        return '0'\n" * 50      # cut by the length limit
+    assert diagnose(looping, Q, {"b": 9}, False) == "function loop"
+    assert diagnose(episode("def to_base(n):\n" + BODY.format(b=9)), Q, {"b": 9}, False) == "no test"
+    assert diagnose("<code> def to_base(n):\n" + BODY.format(b=9) + "assert to_base(100) == '1211111111", Q, {"b": 9}, False) == "example copy"
 
 
 def test_a_cued_parameter_counts_and_booleans_are_not_parameters():
