@@ -389,7 +389,7 @@ def code_rows(n: int, split: str, seed: int) -> list[dict]:
         rows.append({"id": f"code-{split}-{seed}-{len(rows)}", "kind": "code", "question": t["question"], "answer": t["answer"], "meta": meta_json(meta)})
     return rows
 
-# %% ../nbs/01b_problems.ipynb #48d40bbc
+# %% ../nbs/01b_problems.ipynb #9e655d8e
 def cue_phrase(text: str, value: int, words: int = 3) -> str:
     "`value` with the (up to) `words` words before its first whole-number occurrence in `text`: 'written in base 9'."
     m = re.search(rf"(?<![\w.(]){value}(?![\w.)])", text)
