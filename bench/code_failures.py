@@ -19,7 +19,6 @@ from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "results"
 _CODE = re.compile(r"<code>(.*?)(</code>|\Z)", re.S)     # a program cut by the length limit runs to the end
-_EXAMPLE = re.compile(r"For example, `(.+?)` returns `(.+?)`\.")
 
 
 def diagnose(trajectory: str, question: str, variant: dict, correct: bool) -> str:
@@ -31,8 +30,9 @@ def diagnose(trajectory: str, question: str, variant: dict, correct: bool) -> st
     numbers = {int(x) for x in re.findall(r"(?<![\w.])\d+(?![\w.])", program)}
     if any(isinstance(v, int) and not isinstance(v, bool) and v not in numbers for v in variant.values()): return "parameter"
     if "\nassert " not in program: return "no test" if closed else "function loop"
-    example = _EXAMPLE.search(question)
-    if example and f"assert {example.group(1)} == {example.group(2)}" not in program: return "example copy"
+    from coa_lib.teacher import example_test                    # the test the teacher wrote: its assert line, exactly
+    test = example_test({"question": question})
+    if test and test.split("\n", 1)[0] not in program: return "example copy"
     return "function"
 
 

@@ -78,9 +78,9 @@ def code_problem_of(run_dir: str) -> dict[str, str]:
     from coa_lib.core import resolve_run_dir, task_meta
     from coa_lib.stage_tasks import build_task_splits
     from coa_lib.tasks import TaskConfig
+    from code_failures import problem_name
     if not (Path(run_dir) / "tasks_dev").is_dir(): raise SystemExit(f"--run-dir {run_dir}: no dev split there (a ladder run dir has tasks_dev)")
     dev = build_task_splits(resolve_run_dir(run_dir), TaskConfig.for_profile("full"))["dev"]
-    from code_failures import problem_name
     return {t["id"]: problem_name(task_meta(t)) for t in dev if t["kind"] == "code"}
 
 

@@ -20,8 +20,8 @@ from .tokenizer import IM_END, IM_START
 __all__ = ['HOP_QUESTIONS', 'COUNTRY_FOUNDED', 'COMPARED_NAMES', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'ParsedPrompt', 'read_prompt',
            'step_groups', 'unseen_numbers', 'hop_question', 'step_question', 'plan_steps', 'comparison_values',
            'comparison_code', 'planner_policy', 'finding', 'check_spans', 'misread_finding', 'search_policy',
-           'code_policy', 'critic_policy', 'verifier_policy', 'answerer_policy', 'task_registry', 'prompt_rng',
-           'ScriptedTeacher', 'scripted_backend']
+           'example_test', 'code_policy', 'critic_policy', 'verifier_policy', 'answerer_policy', 'task_registry',
+           'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
 
 # %% ../nbs/05a_scripted_teacher.ipynb #8a1f0e65
 _MSG_RE = re.compile(re.escape(IM_START) + r"(\w+)\n(.*?)" + re.escape(IM_END), re.S)
@@ -305,7 +305,7 @@ def _slip(code: str, rng: random.Random) -> str:
     v = int(m.group(0)); w = v + rng.choice([-1, 1]) * (1 if v < 10 else rng.randint(1, 9))
     return code[:m.start()] + str(max(w, 0) if v >= 0 else w) + code[m.end():]
 
-def _example_test(task: dict) -> str | None:
+def example_test(task: dict) -> str | None:
     "A test of the example given in a code question: `assert f(args) == value` plus a print."
     m = re.search(r"For example, `(.+?)` returns `(.+?)`\.", task["question"])
     return f"assert {m.group(1)} == {m.group(2)}\nprint('example passed')" if m else None
@@ -335,7 +335,7 @@ def code_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeK
         hand_text = "the numbers " + ", ".join(map(str, hand[:-1])) + f" and {hand[-1]}"   # the question's own words (see below)
         return f"<think>I will try every order and operator with exact fractions.</think>\n<code>{GAME24_PROGRAM.format(hand=hand_text)}</code>"
     if kind == "code":
-        src, test = (code_cue and cued_reference(task["_meta"])) or task["_meta"].get("reference", ""), _example_test(task)
+        src, test = (code_cue and cued_reference(task["_meta"])) or task["_meta"].get("reference", ""), example_test(task)
         if slip: src = _slip(src, rng)
         if not src or test is None: return "<think>I cannot write this function.</think>\n<report>Failed: no example to test.</report>"
         return f"<think>I will write the function and check the example.</think>\n<code>{src.rstrip()}\n{test}</code>"
