@@ -126,7 +126,7 @@ def rung_config(a):
                    base_reading=a.base_reading, base_reading_steps=a.base_reading_steps, base_compare=a.base_compare,
                    warmup_steps=a.warmup, lr_schedule=a.schedule, threads=a.threads, save_steps=10**9,
                    logging_steps=10, obs_weight=a.obs_weight, seed=a.seed, lanes=1,
-                   bf16=None if a.bf16 == "auto" else a.bf16 == "on")
+                   bf16=None if a.bf16 == "auto" else a.bf16 == "on", average_from=a.average_from, keep_last_iterate=a.keep_last)
 
 
 def run_rung(a) -> dict:
@@ -185,7 +185,7 @@ def run_rung(a) -> dict:
             point(model, seen, state, self.dev, minutes_offset + self.budget.elapsed() / 60)
             self.budget.exclude(time.perf_counter() - t0)          # evaluation is not training time
 
-    def point(model, seen, state, dev, train_minutes):
+    def point(model, seen, state, dev, train_minutes, into: dict | None = None, path: Path | None = None):
         t0 = time.perf_counter(); model.eval()
         try:
             import copy                                              # with an eval dtype, a copy: the trained weights stay fp32
@@ -197,11 +197,11 @@ def run_rung(a) -> dict:
              "by_kind": {k: v["accuracy"] for k, v in m["by_kind"].items()}, "invalid_rate": m["invalid_rate"],
              "finish": m["finish_reasons"], "eval_s": time.perf_counter() - t0, "wall_s": time.perf_counter() - t_start}
         if held_out: p["token_losses"] = copy_token_losses(model, tok, held_out)
-        res["curve"].append(p)
+        (res if into is None else into)["curve"].append(p)
         print(f"[{a.label}] {seen:>9,} tokens  loss {loss if loss is None else round(loss, 3)}  dev {m['accuracy']:.3f} "
               f"(invalid {m['invalid_rate']:.2f}) " + " ".join(f"{k[:5]} {v:.2f}" for k, v in p["by_kind"].items())
               + "  nll " + " ".join(f"{k} {v:.2f}" for k, v in p.get("token_losses", {}).items()), flush=True)
-        atomic_write_json(out_json, res)
+        atomic_write_json(out_json if path is None else path, res if into is None else into)
 
     per_kind = lambda kinds: max(a.n_dev, -(-a.min_dev // len(kinds)))      # at least `min_dev` dev tasks per point
     t_start, minutes_offset = time.perf_counter(), 0.0
@@ -234,6 +234,7 @@ def run_rung(a) -> dict:
     if a.final_n_dev:          # the rung's result: every kind, greedy and avg@k, with 95% intervals
         res["final"] = final_eval(base, tok, cfg, eval_tasks(dev_split, a.final_n_dev), a)
         atomic_write_json(out_json, res)
+        if a.keep_last: last_iterate_rung(res, out, dev, offset, minutes_offset, point, lambda m: final_eval(m, tok, cfg, eval_tasks(dev_split, a.final_n_dev), a))
     res["wall_s"] = time.perf_counter() - t_start
     res["load_avg_after"] = os.getloadavg()[0]
     atomic_write_json(out_json, res)
@@ -281,6 +282,20 @@ def reevaluate(a) -> dict:
     res["final"] = new
     atomic_write_json(out_json, res)
     return res
+
+
+def last_iterate_rung(res: dict, out: Path, dev: list[dict], seen: int, minutes: float, point, final) -> dict:
+    "The rung's own run at its last step (before tail averaging), as a rung of its own, `<label>_last`, for paired comparisons."
+    from transformers import AutoModelForCausalLM
+    if not (out / "last_iterate").is_dir(): raise SystemExit(f"no last iterate at {out / 'last_iterate'}: no step was averaged")
+    model = AutoModelForCausalLM.from_pretrained(str(out / "last_iterate"))
+    twin = {**{k: v for k, v in res.items() if k not in ("curve", "final")}, "label": f"{res['label']}_last", "last_iterate_of": res["label"],
+            "curve": res["curve"][:-1]}                       # the live model's points are the same run's
+    point(model, seen, None, dev, minutes, into=twin, path=OUT / f"{twin['label']}.json")
+    twin["final"] = final(model)
+    from coa_lib.core import atomic_write_json
+    atomic_write_json(OUT / f"{twin['label']}.json", twin)
+    return twin
 
 
 def final_eval(model, tok, cfg, dev: list[dict], a) -> dict:
@@ -401,6 +416,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --base-steps and --base-reading: a curriculum, the quote base then these steps with that share of reading rows")
     ap.add_argument("--base-compare", type=float, default=0.0,
                     help="with --base-reading: share of the reading rows that are comparison rows (two entities' values, the name asked for)")
+    ap.add_argument("--average-from", type=float, default=None,
+                    help="the rung's model is the mean of its weights after this share of each phase (coa_lib.tuning.TailAverage)")
+    ap.add_argument("--keep-last", action="store_true",
+                    help="with --average-from: also evaluate the last step's weights, as the rung <label>_last (the same run, not averaged)")
     ap.add_argument("--final-n-dev", type=int, default=50, help="dev tasks per kind (all six kinds) in the final evaluation; 0: none")
     ap.add_argument("--avg-k", type=int, default=4, help="samples per task for the final avg@k (0: greedy only)")
     ap.add_argument("--temperature", type=float, default=0.7)
@@ -431,7 +450,7 @@ def main():
     try: teacher_config(a)
     except ValueError as e: ap.error(f"the data-style flags: {e}")
     try: rung_config(a)
-    except ValueError as e: ap.error(f"the base flags: {e}")
+    except ValueError as e: ap.error(f"the training flags: {e}")
     if a.base_only:               # build the size's base ahead of its rungs (they find it built); no SFT sets, no plot
         if not a.base_steps: raise SystemExit("--base-only builds the base of --base-steps steps: give them")
         from coa_lib.core import resolve_run_dir

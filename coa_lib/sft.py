@@ -18,7 +18,7 @@ from .core import (adopt_earlier_record, atomic_write_json, check_profile, confi
 from .episode import TURN_TOKENS, Limits
 from .filtering import check_kind_shares, kind_share_rows
 from .format import observation_char_spans
-from .tuning import Tuning, WallClockBudget, default_lr, merged, prepare_for_tuning, trainable_parameters, trained_positions_loss
+from .tuning import TailAverage, Tuning, WallClockBudget, default_lr, merged, prepare_for_tuning, trainable_parameters, trained_positions_loss
 
 # %% auto #0
 __all__ = ['IGNORE', 'KIND_SHARES', 'BF16_MIN_SPEEDUP', 'COPY_LOSS_KEYS', 'completion_pieces', 'encode_sft_row', 'tokenize_sft',
@@ -85,7 +85,7 @@ class SFTStageConfig:
     "Sizes and settings of the SFT stage (named so as not to clash with TRL's `SFTConfig`)."
     unkeyed_fields = ("save_steps", "logging_steps", "token_metrics", "threads", "lanes", "base_threads", "n_eval", "max_turns",
                       "max_new_tokens", "eval_dtype")     # speed, logging, evaluation: a trained student's key leaves them out
-    added_fields = {"base_reading_steps": 0, "base_compare": 0.0}   # at these values fields added later build what was built before them: keys unchanged
+    added_fields = {"base_reading_steps": 0, "base_compare": 0.0, "average_from": None, "keep_last_iterate": False}   # at these values fields added later build what was built before them: keys unchanged
     profile: str = "smoke"
     size: str = "tiny"              # a coa_lib.llm.QWEN2_SIZES name, for a student built from scratch
     max_len: int = 1024             # tokens per row (prompt + trajectory), cut from the start
@@ -120,9 +120,13 @@ class SFTStageConfig:
     lora_r: int = 16; lora_alpha: int = 32   # Tuning.LORA: adapter rank and scale
     max_minutes: float | None = None  # a wall-clock cap on each training run; its schedule decays within it (coa_lib.tuning.WallClockBudget)
     eval_dtype: str | None = None   # the students' dtype in evaluation ("bfloat16" halves a big model's time); None: as saved
+    average_from: float | None = None  # the saved model is the mean of the weights after this share of training (coa_lib.tuning.TailAverage); None: the last step's
+    keep_last_iterate: bool = False  # with average_from: also save the last step's weights in <out_dir>/last_iterate
 
     def __post_init__(self):
         self.tuning = Tuning(self.tuning)   # a name from JSON or a lane's dict becomes the enum; a bad one fails here
+        if (self.average_from is not None and not 0 <= self.average_from < 1) or (self.keep_last_iterate and self.average_from is None):
+            raise ValueError(f"average_from={self.average_from} must be a share in [0, 1) (keep_last_iterate needs it)")
         if self.kind_shares is not None: check_kind_shares(self.kind_shares)
         if self.base_reading_steps and not 0 < self.base_reading <= 1:
             raise ValueError(f"base_reading_steps={self.base_reading_steps} needs a share of reading rows in (0, 1], got base_reading={self.base_reading}")
@@ -338,11 +342,13 @@ def train_sft(dataset, base, out_dir, config: SFTStageConfig | None = None, toke
     try:
         precision = choose_precision(model, tokenizer, cfg)
         budget = [WallClockBudget(cfg.max_minutes)] if cfg.max_minutes else []
-        trainer = build_sft_trainer(train_set, model, tokenizer, out_dir, cfg, max_steps, list(callbacks or []) + budget, bf16=precision["bf16"])
         resume = last_checkpoint(out_dir)
+        tail = [TailAverage(cfg.average_from, (budget or [None])[0], resume)] if cfg.average_from is not None else []
+        trainer = build_sft_trainer(train_set, model, tokenizer, out_dir, cfg, max_steps, tail + list(callbacks or []) + budget, bf16=precision["bf16"])
         t0 = time.perf_counter()
         result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         wall = time.perf_counter() - t0
+        averaged = tail[0].apply(trainer.model, out_dir / "last_iterate" if cfg.keep_last_iterate else None) if tail else 0
     finally:
         torch.set_num_threads(threads)
     if trainer.is_world_process_zero():   # under `accelerate launch` every process trains, one writes the run dir
@@ -356,7 +362,7 @@ def train_sft(dataset, base, out_dir, config: SFTStageConfig | None = None, toke
                                  "wall_s": wall, "train_loss": result.training_loss, "precision": precision, "config": asdict(cfg),
                                  "processes": trainer.args.world_size,
                                  "learning_rate": cfg.learning_rate, "parameters": trained,
-                                 "stopped_by_wall_clock": bool(budget and budget[0].stopped_at_step is not None)})
+                                 "stopped_by_wall_clock": bool(budget and budget[0].stopped_at_step is not None), "averaged_steps": averaged})
     trainer.accelerator.wait_for_everyone()   # no process returns before the model is saved
     return out_dir
 

@@ -4,8 +4,11 @@
 
 # %% ../nbs/09a_tuning.ipynb #8c65a23a
 from __future__ import annotations
+import copy
+import json
 import time
 from enum import Enum
+from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
@@ -13,9 +16,9 @@ from transformers import TrainerCallback
 IGNORE = -100   # the label of a token that gets no loss (as in coa_lib.sft)
 
 # %% auto #0
-__all__ = ['IGNORE', 'DEFAULT_LR', 'Tuning', 'decoder_layers', 'freeze_below', 'add_lora', 'prepare_for_tuning', 'is_peft',
-           'merged', 'trainable_parameters', 'default_lr', 'WallClockBudget', 'clock_schedule',
-           'trained_positions_loss']
+__all__ = ['IGNORE', 'DEFAULT_LR', 'AVERAGE_FILE', 'Tuning', 'decoder_layers', 'freeze_below', 'add_lora', 'prepare_for_tuning',
+           'is_peft', 'merged', 'trainable_parameters', 'default_lr', 'WallClockBudget', 'clock_schedule',
+           'TailAverage', 'trained_positions_loss']
 
 # %% ../nbs/09a_tuning.ipynb #a237428b
 class Tuning(str, Enum):
@@ -112,6 +115,47 @@ def clock_schedule(scheduler: torch.optim.lr_scheduler.LambdaLR, budget: WallClo
         raise TypeError(f"a wall-clock schedule needs a LambdaLR (every transformers schedule is one), got {type(scheduler).__name__}")
     clocked = lambda step: max(step, min(total_steps, round(budget.fraction() * total_steps)))
     scheduler.lr_lambdas = [lambda step, f=f: f(clocked(step)) for f in scheduler.lr_lambdas]
+
+# %% ../nbs/09a_tuning.ipynb #c6a6e1f3
+AVERAGE_FILE = "tail_average.pt"   # the running mean's file inside a Trainer checkpoint
+
+def _trained(model: torch.nn.Module):
+    return ((k, p) for k, p in model.named_parameters() if p.requires_grad)
+
+class TailAverage(TrainerCallback):
+    "Keeps the running mean of the trained weights over the steps after the share `start` of training (of the steps, or of `budget`'s minutes if further); `apply` gives the model the mean."
+    def __init__(self, start: float, budget: WallClockBudget | None = None, resume: str | Path | None = None):
+        if not 0.0 <= start < 1.0: raise ValueError(f"tail averaging starts at a share of training in [0, 1), got {start}")
+        self.start, self.budget, self.mean, self.n = start, budget, None, 0
+        if resume is not None and (Path(resume) / AVERAGE_FILE).exists():
+            saved = torch.load(Path(resume) / AVERAGE_FILE, weights_only=True)
+            self.mean, self.n = saved["mean"], int(saved["n"])
+        elif resume is not None and (Path(resume) / "trainer_state.json").exists():   # a checkpoint inside the tail must carry its mean
+            st = json.loads((Path(resume) / "trainer_state.json").read_text())
+            if st["global_step"] / max(st["max_steps"], 1) >= start:
+                raise ValueError(f"{resume} is inside the averaged tail but holds no {AVERAGE_FILE}: resume from an earlier checkpoint")
+    def progress(self, state) -> float:
+        "The share of training done."
+        steps = state.global_step / max(state.max_steps, 1)
+        return max(steps, self.budget.fraction()) if self.budget is not None else steps
+    @torch.no_grad()
+    def on_step_end(self, args, state, control, model=None, **kw):
+        if self.progress(state) < self.start: return
+        self.n += 1
+        if self.mean is None: self.mean = {k: p.detach().float().clone() for k, p in _trained(model)}; return
+        for k, p in _trained(model): self.mean[k].add_(p.detach().float() - self.mean[k], alpha=1.0 / self.n)
+    def on_save(self, args, state, control, **kw):
+        if self.mean is not None:
+            torch.save({"n": self.n, "mean": self.mean}, Path(args.output_dir) / f"checkpoint-{state.global_step}" / AVERAGE_FILE)
+    @torch.no_grad()
+    def apply(self, model: torch.nn.Module, keep_last: str | Path | None = None) -> int:
+        "Give `model` the mean weights (its last ones first saved, merged, to `keep_last` if given); how many steps were averaged (0: none, the model is unchanged)."
+        if self.mean is None: return 0
+        if keep_last is not None: merged(copy.deepcopy(model)).save_pretrained(str(keep_last))
+        params = dict(_trained(model))
+        if params.keys() != self.mean.keys(): raise ValueError("tail averaging: the model's trained weights are not those averaged")
+        for k, p in params.items(): p.copy_(self.mean[k].to(p.dtype))
+        return self.n
 
 # %% ../nbs/09a_tuning.ipynb #c5776ddf
 def trained_positions_loss(model, inputs: dict, num_items_in_batch=None) -> torch.Tensor:

@@ -3,7 +3,7 @@ import json
 
 import pytest
 import torch
-from transformers import TrainerCallback
+from transformers import AutoModelForCausalLM, TrainerCallback
 
 from coa_lib.core import built_record
 from coa_lib.format import format_observation, observation_char_spans
@@ -195,3 +195,23 @@ def test_a_finished_model_is_found_before_loading_or_tokenizing(tmp_path):
     atomic_write_json(stale / "sft_done.json", {"max_steps": 7, "config": asdict(SFTStageConfig(max_steps=7, lr=5e-3))})
     with pytest.raises(OSError):                                      # an earlier version's model of other settings: removed, trained again
         train_sft(rows, "/nonexistent/model", stale, cfg)
+
+
+def test_tail_average_survives_a_kill_and_keeps_the_last_step(tok, tmp_path):
+    "A run killed inside its averaged tail and resumed saves the same mean as an unbroken run; the last step's weights are kept beside it."
+    cfg = SFTStageConfig(size="nano", batch_size=2, max_steps=6, save_steps=2, logging_steps=1, warmup_steps=1, max_len=256,
+                         average_from=0.25, keep_last_iterate=True)
+    whole = train_sft(ROWS * 3, build_tiny_qwen2(tok, "nano"), tmp_path / "whole", cfg, tokenizer=tok)
+    assert built_record(whole)["averaged_steps"] == 5                       # steps 2..6: the share 2/6 is past 0.25, 1/6 is not
+    with pytest.raises(KeyboardInterrupt):
+        train_sft(ROWS * 3, build_tiny_qwen2(tok, "nano"), tmp_path / "cut", cfg, tokenizer=tok, callbacks=[_StopAfterSave(4)])
+    assert (tmp_path / "cut" / "checkpoints" / "checkpoint-4" / "tail_average.pt").exists()
+    cut = train_sft(ROWS * 3, build_tiny_qwen2(tok, "nano"), tmp_path / "cut", cfg, tokenizer=tok)
+    assert built_record(cut)["averaged_steps"] == 5
+    load = lambda p: dict(AutoModelForCausalLM.from_pretrained(str(p)).named_parameters())
+    for name, p in load(whole).items():
+        torch.testing.assert_close(p, load(cut)[name], atol=1e-5, rtol=0)
+    moved = max((load(whole)[k] - q).abs().max().item() for k, q in load(whole / "last_iterate").items())
+    assert moved > 1e-4, "the saved model must be the mean, not the last step's weights"
+    with pytest.raises(ValueError, match="keep_last_iterate needs it"):
+        SFTStageConfig(keep_last_iterate=True)

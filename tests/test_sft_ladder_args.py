@@ -49,3 +49,13 @@ def test_comparison_rows_at_their_default_leave_every_key_as_it_was():
     full = SFTStageConfig.for_profile("full")
     assert "base_compare" not in config_settings(full)                     # the default adds nothing to any key
     assert config_settings(replace(full, base_compare=0.3)) != config_settings(full)
+
+
+def test_tail_averaging_flags():
+    args = ["--label", "r", "--phase", "all:1000", "--average-from", "0.8", "--keep-last"]
+    cfg = rung_config(build_parser().parse_args(args))
+    assert (cfg.average_from, cfg.keep_last_iterate) == (0.8, True)
+    with pytest.raises(ValueError, match="keep_last_iterate needs it"):
+        rung_config(build_parser().parse_args(["--label", "r", "--phase", "all:1000", "--keep-last"]))
+    with pytest.raises(ValueError, match=r"must be a share in \[0, 1\)"):
+        rung_config(build_parser().parse_args(["--label", "r", "--phase", "all:1000", "--average-from", "1.5"]))
