@@ -66,11 +66,23 @@ def paired_by_kind(a: dict[str, float], b: dict[str, float]) -> dict:
     return {"all": pair(shared), "by_kind": {k: pair([t for t in shared if task_kind(t) == k]) for k in sorted({task_kind(t) for t in shared})}}
 
 
+def seed_spread(labels: list[str], key: str = "greedy") -> dict:
+    "How much a recipe's seeds differ: their accuracies' mean and sd, and the share of tasks on which two seeds' rewards differ (mean over pairs)."
+    import itertools, statistics
+    tables = [stored_rewards([x], key) for x in labels]
+    acc = [sum(t.values()) / len(t) for t in tables]
+    pairs = [(s, t) for s, t in itertools.combinations(tables, 2)]
+    differ = [sum(s[k] != t[k] for k in set(s) & set(t)) / len(set(s) & set(t)) for s, t in pairs]
+    return {"accuracy": acc, "mean": statistics.mean(acc), "sd": statistics.stdev(acc) if len(acc) > 1 else None,
+            "tasks_differing": statistics.mean(differ) if differ else None}
+
+
 def stored_comparison(a_labels: list[str], b_labels: list[str], key: str = "greedy") -> dict:
-    "Sides `a` and `b` (rungs of one recipe each, seeds) paired from their stored rewards: pooled over seeds, and rung by rung."
+    "Sides `a` and `b` (rungs of one recipe each, seeds) paired from their stored rewards: pooled over seeds, rung by rung, and each side's seed spread."
     pooled = paired_by_kind(stored_rewards(a_labels, key), stored_rewards(b_labels, key))
     pairs = [{"a": x, "b": y, **paired_by_kind(stored_rewards([x], key), stored_rewards([y], key))} for x, y in zip(a_labels, b_labels)]
-    return {"a": a_labels, "b": b_labels, "key": key, "pooled": pooled, "pairs": pairs}
+    return {"a": a_labels, "b": b_labels, "key": key, "pooled": pooled, "pairs": pairs,
+            "seed_spread": {"a": seed_spread(a_labels, key), "b": seed_spread(b_labels, key)}}
 
 
 def code_problem_of(run_dir: str) -> dict[str, str]:
@@ -110,6 +122,10 @@ def main_stored(a) -> None:
     show(f"pooled over {len(a.a)} / {len(a.b)}", res["pooled"]["all"])
     for k, v in res["pooled"]["by_kind"].items(): show(f"  {k}", v)
     for p in res["pairs"]: show(f"{p['a']} - {p['b']}", p["all"])
+    for side, sp in res["seed_spread"].items():
+        differ = "" if sp["tasks_differing"] is None else f", seeds differ on {sp['tasks_differing']:.1%} of tasks"
+        print(f"seeds of {side}: {' / '.join(f'{x:.3f}' for x in sp['accuracy'])}, mean {sp['mean']:.3f}"
+              + ("" if sp["sd"] is None else f" sd {sp['sd']:.3f}") + differ)
     for prob, acc in res.get("code_by_problem", {}).get("a", {}).items():      # a whole problem at 0 is a collapse
         print(f"  code {prob:<28} a {' '.join(f'{x:.2f}' for x in acc)}   b {' '.join(f'{x:.2f}' for x in res['code_by_problem']['b'].get(prob, []))}")
 

@@ -50,7 +50,8 @@ def base_rows(train: Dataset, n: int, reading: float, max_worlds: int, seed: int
 def _base_phase_config(cfg: SFTStageConfig, steps: int) -> SFTStageConfig:
     "The SFT settings of one base-pretraining phase of `steps` steps (short rows, constant rate after warm-up, every row trained)."
     return replace(cfg, kind_shares=None, batch_size=cfg.base_batch, lr=cfg.base_lr, max_steps=steps, max_len=512, obs_weight=0.0,
-                   lr_schedule="constant_with_warmup", warmup_steps=min(50, steps // 10), threads=cfg.base_threads or os.cpu_count())
+                   lr_schedule="constant_with_warmup", warmup_steps=min(50, steps // 10), threads=cfg.base_threads or os.cpu_count(),
+                   average_from=None, keep_last_iterate=False)   # the students' tail averaging is theirs: the base's key stays as it was
 
 def quote_phase_dir(out_dir: Path) -> Path:
     "Where a curriculum base at `out_dir` keeps its quote phase unless told otherwise."

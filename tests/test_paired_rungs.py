@@ -36,3 +36,10 @@ def test_a_run_dir_without_a_dev_split_is_refused_and_not_created(tmp_path):
     with pytest.raises(SystemExit, match="no dev split there"):
         paired_rungs.code_problem_of(str(tmp_path / "nowhere"))
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_seed_spread_counts_the_tasks_two_seeds_disagree_on(rungs):
+    sp = paired_rungs.seed_spread(["r0", "r1"])
+    assert sp["accuracy"] == [0.75, 0.5] and sp["tasks_differing"] == 0.75      # three of four tasks change with the seed
+    assert paired_rungs.seed_spread(["r0"])["sd"] is None
+    assert paired_rungs.stored_comparison(["r0", "r1"], ["r1", "r0"])["seed_spread"]["a"]["sd"] == pytest.approx(0.1768, abs=1e-4)

@@ -59,3 +59,15 @@ def test_tail_averaging_flags():
         rung_config(build_parser().parse_args(["--label", "r", "--phase", "all:1000", "--keep-last"]))
     with pytest.raises(ValueError, match=r"must be a share in \[0, 1\)"):
         rung_config(build_parser().parse_args(["--label", "r", "--phase", "all:1000", "--average-from", "1.5"]))
+
+
+def test_tail_averaging_leaves_the_base_key_as_it_was():
+    "The students' averaging is not the base's: a rung with --average-from finds the base built without it (it once rebuilt it)."
+    from dataclasses import replace
+    from coa_lib.core import config_settings
+    from coa_lib.sft import SFTStageConfig
+    from coa_lib.stage_sft import _base_phase_config
+    full = SFTStageConfig.for_profile("full")
+    averaged = replace(full, average_from=0.8, keep_last_iterate=True)
+    assert config_settings(_base_phase_config(averaged, 2500)) == config_settings(_base_phase_config(full, 2500))
+    assert config_settings(averaged) != config_settings(full)                # the students themselves are other models
