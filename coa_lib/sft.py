@@ -139,10 +139,10 @@ class SFTStageConfig:
         if check_profile(profile) == "smoke":
             return cls(profile=profile, size="nano", max_len=256, batch_size=4, warmup_steps=2, token_budget=4_000,
                        save_steps=4, logging_steps=1, n_eval=1, max_turns=3, max_new_tokens=48, lanes=1, bf16=False,
-                       base_steps=4, base_batch=4, base_worlds=4, base_reading=0.7, base_reading_steps=2)
+                       base_steps=4, base_batch=4, base_worlds=4, base_reading=0.7, base_reading_steps=2, average_from=0.8)
         return cls(profile=profile, size="nano", max_len=2048, batch_size=4, lr_schedule="warmup_stable_decay",
                    decay_frac=0.1, token_budget=5_500_000, kind_shares=dict(KIND_SHARES), save_steps=200, n_eval=50,
-                   lanes=2, threads=1, base_steps=2500, base_reading=0.7, base_reading_steps=2000)
+                   lanes=2, threads=1, base_steps=2500, base_reading=0.7, base_reading_steps=2000, average_from=0.8)
 
 
 # %% ../nbs/09c_sft.ipynb #2dcdad66

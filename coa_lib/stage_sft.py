@@ -254,7 +254,7 @@ def sft_test_results(run: Run, cfg: SFTStageConfig, student_dirs: dict[str, Path
     for name, path in student_dirs.items():
         done = built_record(path)
         training[name] = {**{k: done[k] for k in ("tokens_seen", "global_step", "rows", "wall_s", "train_loss", "precision")},
-                          "final_loss": read_json(path / "loss_history.json")[-1]["loss"]}
+                          "final_loss": read_json(path / "loss_history.json")[-1]["loss"], "averaged_steps": done.get("averaged_steps", 0)}
     out = {"profile": cfg.profile, "config": asdict(cfg), "n_test_tasks": len(test_set), "metrics": metrics, "training": training,
            "eval_wall_s": time.perf_counter() - t0}
     atomic_write_json(run.dir / "sft_results.json", out)
