@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .core import atomic_write_text, pct, read_json
+from .core import atomic_write_text, config_settings, pct, read_json
 
 # %% auto #0
 __all__ = ['SEEDS_FILE', 'FLOW_SEEDS_FILE', 'CLAIMS', 'VERDICT_WORDS', 'VERSIONED', 'PLUMBING_PROFILES', 'RESULTS_BEGIN',
@@ -18,8 +18,9 @@ __all__ = ['SEEDS_FILE', 'FLOW_SEEDS_FILE', 'CLAIMS', 'VERDICT_WORDS', 'VERSIONE
            'afm_filter_claim', 'planner_comparison', 'per_task_mean', 'flow_seeds', 'flow_seeds_comparison',
            'af_flow_grpo_claim', 'af_offline_claim', 'af_budget_claim', 'af_tools_claim', 'af_game24_claim',
            'collect_claims', 'claims_table', 'claims_summary', 'package_versions', 'stage_markers', 'run_profiles',
-           'run_seeds', 'provenance', 'notebooks_html', 'figure_caption', 'run_figures', 'plumbing_note',
-           'build_report', 'readme_results', 'results_prose', 'check_results_prose', 'update_readme', 'main']
+           'run_seeds', 'changed_settings', 'provenance', 'notebooks_html', 'figure_caption', 'run_figures',
+           'plumbing_note', 'build_report', 'readme_results', 'results_prose', 'check_results_prose', 'update_readme',
+           'main']
 
 # %% ../nbs/14c_report.ipynb #da1de360
 @dataclass(frozen=True)
@@ -304,6 +305,18 @@ def _minutes(marker: dict) -> str:
     before = [f"{r['seconds'] / 60:.1f}" + (f" {r['status']}" if r.get("status") else "") for r in _runs(marker)[:-1]]
     return f"{marker['seconds'] / 60:.1f} min" + (f" (earlier runs: {', '.join(before)} min)" if before else "")
 
+def changed_settings(run_dir) -> list[str]:
+    "Each setting a stage's results file recorded that today's profile builds otherwise (`stage.field: then → now`): the recipe changed after the run."
+    from coa_lib.run import CONFIGS
+    out = []
+    for name, cls in CONFIGS.items():
+        f = Path(run_dir) / f"{name}_results.json"
+        then = read_json(f).get("config") if f.exists() else None
+        if not then or "profile" not in then: continue
+        now = config_settings(cls.for_profile(then["profile"]))       # keyed settings only: what is built, not how fast
+        out += [f"{name}.{k}: {then.get(k, 'unrecorded')} → {v}" for k, v in now.items() if k not in then or then[k] != v]
+    return out
+
 def provenance(run_dir) -> str:
     "Markdown: when, where (machine, library versions), at which commits and seeds the run's notebooks ran, and each one's wall time."
     rd, done = Path(run_dir), stage_markers(run_dir)
@@ -317,6 +330,8 @@ def provenance(run_dir) -> str:
              f"{mach.get('gpu') or 'none'}; Python {mach.get('python', '?')}. Libraries: "
              + ", ".join(f"{k} {v}" for k, v in package_versions().items()) + ".", "",
              "Seeds (stage configs): " + (", ".join(f"{k} {v}" for k, v in run_seeds(rd).items()) or "none recorded") + ".", "",
+             ("Settings today's code builds otherwise (changed after this run): " + "; ".join(changed) + "." if (changed := changed_settings(rd))
+              else "Every stage's recorded settings are what today's code builds at its profile."), "",
              "| stage | wall time | finished | commit |", "|---|---:|---|---|"]
     lines += [f"| {d['notebook'].removesuffix('.ipynb')} | {_minutes(d)} | {d['finished']} | {d.get('commit') or 'unrecorded'} |" for d in done]
     lines += [f"| all | {sum(d['seconds'] for d in done) / 60:.1f} min | | |"]
