@@ -120,6 +120,7 @@ def clock_schedule(scheduler: torch.optim.lr_scheduler.LambdaLR, budget: WallClo
 AVERAGE_FILE = "tail_average.pt"   # the running mean's file inside a Trainer checkpoint
 
 def _trained(model: torch.nn.Module):
+    "The model's trained weights, by name."
     return ((k, p) for k, p in model.named_parameters() if p.requires_grad)
 
 class TailAverage(TrainerCallback):
@@ -145,8 +146,9 @@ class TailAverage(TrainerCallback):
         if self.mean is None: self.mean = {k: p.detach().float().clone() for k, p in _trained(model)}; return
         for k, p in _trained(model): self.mean[k].add_(p.detach().float() - self.mean[k], alpha=1.0 / self.n)
     def on_save(self, args, state, control, **kw):
-        if self.mean is not None:
-            torch.save({"n": self.n, "mean": self.mean}, Path(args.output_dir) / f"checkpoint-{state.global_step}" / AVERAGE_FILE)
+        if self.mean is None or not state.is_world_process_zero: return      # every process holds the same mean: one writes it
+        path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / AVERAGE_FILE
+        torch.save({"n": self.n, "mean": self.mean}, path.with_suffix(".tmp")); path.with_suffix(".tmp").replace(path)   # whole or absent
     @torch.no_grad()
     def apply(self, model: torch.nn.Module, keep_last: str | Path | None = None) -> int:
         "Give `model` the mean weights (its last ones first saved, merged, to `keep_last` if given); how many steps were averaged (0: none, the model is unchanged)."
