@@ -120,18 +120,11 @@ class SFTStageConfig:
     lora_r: int = 16; lora_alpha: int = 32   # Tuning.LORA: adapter rank and scale
     max_minutes: float | None = None  # a wall-clock cap on each training run; its schedule decays within it (coa_lib.tuning.WallClockBudget)
     eval_dtype: str | None = None   # the students' dtype in evaluation ("bfloat16" halves a big model's time); None: as saved
-    average_from: float | None = None  # the saved model is the mean of the weights after this share of training (coa_lib.tuning.TailAverage); None: the last step's
-    keep_last_iterate: bool = False  # with average_from: also save the last step's weights in <out_dir>/last_iterate
+    average_from: float | None = None; keep_last_iterate: bool = False   # the saved model: the mean of the weights after this share of training (coa_lib.tuning.TailAverage; None: the last step's), the last step's also in <out_dir>/last_iterate
 
     def __post_init__(self):
         self.tuning = Tuning(self.tuning)   # a name from JSON or a lane's dict becomes the enum; a bad one fails here
-        if (self.average_from is not None and not 0 <= self.average_from < 1) or (self.keep_last_iterate and self.average_from is None):
-            raise ValueError(f"average_from={self.average_from} must be a share in [0, 1) (keep_last_iterate needs it)")
-        if self.kind_shares is not None: check_kind_shares(self.kind_shares)
-        if self.base_reading_steps and not 0 < self.base_reading <= 1:
-            raise ValueError(f"base_reading_steps={self.base_reading_steps} needs a share of reading rows in (0, 1], got base_reading={self.base_reading}")
-        if self.base_compare and not (0 < self.base_compare <= 1 and self.base_reading):
-            raise ValueError(f"base_compare={self.base_compare}: a share in (0, 1] of the reading rows, which needs base_reading > 0 (got base_reading={self.base_reading})")
+        self.check()                        # settings that contradict each other fail here (`check`, below)
 
     @classmethod
     def for_profile(cls, profile: str) -> SFTStageConfig:
@@ -146,6 +139,17 @@ class SFTStageConfig:
 
 
 # %% ../nbs/09c_sft.ipynb #2dcdad66
+@patch
+def check(self: SFTStageConfig) -> None:
+    "Refuse settings that contradict each other (run when a config is made)."
+    if (self.average_from is not None and not 0 <= self.average_from < 1) or (self.keep_last_iterate and self.average_from is None):
+        raise ValueError(f"average_from={self.average_from} must be a share in [0, 1) (keep_last_iterate needs it)")
+    if self.kind_shares is not None: check_kind_shares(self.kind_shares)
+    if self.base_reading_steps and not 0 < self.base_reading <= 1:
+        raise ValueError(f"base_reading_steps={self.base_reading_steps} needs a share of reading rows in (0, 1], got base_reading={self.base_reading}")
+    if self.base_compare and not (0 < self.base_compare <= 1 and self.base_reading):
+        raise ValueError(f"base_compare={self.base_compare}: a share in (0, 1] of the reading rows, which needs base_reading > 0 (got base_reading={self.base_reading})")
+
 @patch(as_prop=True)
 def limits(self: SFTStageConfig) -> Limits: return Limits(self.max_turns, self.max_new_tokens)   # of the students' evaluation episodes
 
