@@ -71,8 +71,7 @@ def seed_spread(labels: list[str], key: str = "greedy") -> dict:
     import itertools, statistics
     tables = [stored_rewards([x], key) for x in labels]
     acc = [sum(t.values()) / len(t) for t in tables]
-    pairs = [(s, t) for s, t in itertools.combinations(tables, 2)]
-    differ = [sum(s[k] != t[k] for k in set(s) & set(t)) / len(set(s) & set(t)) for s, t in pairs]
+    differ = [sum(s[k] != t[k] for k in set(s) & set(t)) / len(set(s) & set(t)) for s, t in itertools.combinations(tables, 2)]
     return {"accuracy": acc, "mean": statistics.mean(acc), "sd": statistics.stdev(acc) if len(acc) > 1 else None,
             "tasks_differing": statistics.mean(differ) if differ else None}
 
