@@ -16,7 +16,9 @@ curve are comparable. Ablations: `--obs-weight 0.1` (observation tokens trained 
 (epochs over N rows instead of one pass over fresh ones), `--kind-share multihop=0.3 ...` (each kind's share of a phase's
 tokens; every kind of the phase, summing to 1; default: the profile's `kind_shares` over the phase's kinds, `--own-mix`: the
 set's own mix, as every rung before `mix_nano_share_5M` trained). `--continues RUNG` goes on from another rung's final model
-(a fresh optimizer; the tokens it saw carry over into this curve).
+(a fresh optimizer; the tokens it saw carry over into this curve). The SFT rows are written in the profile's data style
+(`TeacherConfig.for_profile(...).style`); `--code-cue`/`--no-code-cue`, `--span-findings`, ... change one switch of it
+(a rung in another style: keep it in its own `--run-dir`).
 
     python bench/sft_ladder.py --run-dir runs/ladder --label mh_nano --phase multihop:1500000 --size nano
     python bench/sft_ladder.py --label mh_nano_more --continues mh_nano --phase multihop:1500000 --size nano
@@ -104,12 +106,16 @@ def phase_shares(kinds: tuple[str, ...], given: dict[str, float], profile: dict[
     return {k: profile[k] / total for k in kinds if profile.get(k)} if total else None
 
 
+STYLE_FLAGS = ("span_findings", "compare_by_code", "compare_cue", "code_cue")   # DataStyle's switches, each a --flag / --no-flag
+
+
 def teacher_config(a):
-    "The profile's teacher with the data styles asked for (its own checks refuse a style without the one it builds on)."
-    from coa_lib.mas import DataStyle, TeacherConfig
-    return replace(TeacherConfig.for_profile(a.profile), style=DataStyle(span_findings=a.span_findings, compare_by_code=a.compare_by_code,
-                                                                        compare_cue=a.compare_cue, sentence_kinds=tuple(a.sentence_kind),
-                                                                        code_cue=a.code_cue))
+    "The profile's teacher, its data style changed where a flag was given (its own checks refuse a style without the one it builds on)."
+    from coa_lib.mas import TeacherConfig
+    profile = TeacherConfig.for_profile(a.profile)
+    given = {f: getattr(a, f) for f in STYLE_FLAGS if getattr(a, f) is not None}
+    if a.sentence_kind is not None: given["sentence_kinds"] = tuple(a.sentence_kind)
+    return replace(profile, style=replace(profile.style, **given))
 
 
 def ladder_run(rd: Path, a):
@@ -161,8 +167,7 @@ def run_rung(a) -> dict:
     cfg = rung_config(a)
     res = {"label": a.label, "size": a.size, "base": a.base, "phases": [{"kinds": list(k), "tokens": t} for k, t in phases],
            "rows_cap": a.rows, "obs_weight": a.obs_weight, "config": asdict(cfg), "n_dev_per_kind": a.n_dev,
-           "learning_rate": cfg.learning_rate, "minutes_cap": a.minutes, "pretrained": a.pretrained, "span_findings": a.span_findings, "compare_by_code": a.compare_by_code,
-           "compare_cue": a.compare_cue, "sentence_kinds": a.sentence_kind, "code_cue": a.code_cue,
+           "learning_rate": cfg.learning_rate, "minutes_cap": a.minutes, "pretrained": a.pretrained, **asdict(teacher_config(a).style),
            "load_avg_before": os.getloadavg()[0], "curve": [], "phases_done": []}
     out_json = OUT / f"{a.label}.json"
     base, offset = None, 0
@@ -426,15 +431,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--kind-share", action="append", metavar="KIND=SHARE",
                     help="each kind's share of a phase's tokens (every kind of the phase, summing to 1), instead of the set's own mix")
     ap.add_argument("--own-mix", action="store_true", help="train on the SFT set's own mix of kinds (the rungs before kind shares)")
-    ap.add_argument("--span-findings", action="store_true",
+    ap.add_argument("--span-findings", action=argparse.BooleanOptionalAction, default=None,
                     help="SFT rows from the teacher's span findings ('Page, span.', coa_lib.teacher.finding) instead of the page's sentences")
-    ap.add_argument("--compare-by-code", action="store_true",
+    ap.add_argument("--compare-by-code", action=argparse.BooleanOptionalAction, default=None,
                     help="SFT rows whose comparisons end with a code step comparing the findings (coa_lib.teacher.plan_steps)")
-    ap.add_argument("--compare-cue", action="store_true",
+    ap.add_argument("--compare-cue", action=argparse.BooleanOptionalAction, default=None,
                     help="with --compare-by-code: the program prints its answer after its own words (coa_lib.teacher.comparison_code)")
-    ap.add_argument("--code-cue", action="store_true",
+    ap.add_argument("--code-cue", action=argparse.BooleanOptionalAction, default=None,
                     help="SFT rows whose code programs read their integer parameters from the question's words (coa_lib.problems.cued_solution)")
-    ap.add_argument("--sentence-kind", action="append", default=[], metavar="KIND",
+    ap.add_argument("--sentence-kind", action="append", default=None, metavar="KIND",
                     help="with --span-findings: this kind's findings stay the page's sentences (repeatable)")
     ap.add_argument("--base-only", action="store_true", help="with --base-steps: only build the base of --size (quote, and reading with --base-reading)")
     ap.add_argument("--plot", action="store_true", help="only plot the saved curves")

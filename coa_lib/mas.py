@@ -421,6 +421,7 @@ class TeacherConfig:
 
     @classmethod
     def for_profile(cls, profile: str) -> TeacherConfig:
-        "Smoke: the smoke task splits (a few dozen tasks); full: every full training task (~20,000), larger shards."
+        "Smoke: the smoke task splits (a few dozen tasks); full: every full training task (~20,000), larger shards; both write cued code programs."
         check_profile(profile)
-        return cls(profile=profile, shard_size=64 if profile == "smoke" else 512, workers=2 if profile == "smoke" else 4)
+        return cls(profile=profile, shard_size=64 if profile == "smoke" else 512, workers=2 if profile == "smoke" else 4,
+                   style=DataStyle(code_cue=True))   # LOG 2026-12-07: with tail averaging, seed sd 1.8 on dev (3.6 without the cue)

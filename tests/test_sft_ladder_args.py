@@ -33,6 +33,16 @@ def test_data_style_flags_build_the_teacher_config():
         teacher_config(build_parser().parse_args(["--compare-cue"]))
 
 
+def test_data_style_flags_default_to_the_profiles_style():
+    from coa_lib.mas import TeacherConfig
+    for profile in ("smoke", "full"):
+        style = TeacherConfig.for_profile(profile).style
+        assert teacher_config(build_parser().parse_args(["--profile", profile])).style == style
+        assert teacher_config(build_parser().parse_args(["--profile", profile, "--no-code-cue"])).style.code_cue is False
+        assert teacher_config(build_parser().parse_args(["--profile", profile, "--code-cue"])).style.code_cue is True
+    assert teacher_config(build_parser().parse_args(["--profile", "full"])).style.code_cue   # the profile's students learn cued programs
+
+
 def test_comparison_rows_in_the_reading_phase():
     args = ["--label", "r", "--phase", "all:1000", "--base-steps", "2500", "--base-reading", "0.7", "--base-reading-steps", "2000",
             "--base-compare", "0.3"]
