@@ -454,6 +454,7 @@ def main():
     a = ap.parse_args()
     try: teacher_config(a)
     except ValueError as e: ap.error(f"the data-style flags: {e}")
+    if a.keep_last and a.average_from is None: ap.error("--keep-last evaluates the last weights beside the averaged ones: give --average-from")
     try: rung_config(a)
     except ValueError as e: ap.error(f"the training flags: {e}")
     if a.base_only:               # build the size's base ahead of its rungs (they find it built); no SFT sets, no plot
