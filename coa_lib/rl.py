@@ -37,6 +37,7 @@ __all__ = ['CURVES', 'RLConfig', 'episode_reward', 'qa_judge_reward', 'overlong_
 class RLConfig:
     "Sizes and settings of the agentic RL stage: DAPO over multi-turn tool rollouts of the SFT student."
     unkeyed_fields = ("save_every", "threads", "test_samples", "update_rows")   # checkpoints, threads, the test evaluation, how an update is cut: not what it trains
+    added_fields = {"greedy_failures": False}   # at this value a field added later builds what was built before it
     profile: str = "smoke"
     group_size: int = 8             # G: episodes per task, the group their advantages are normalised in
     groups_per_batch: int = 8       # tasks per rollout batch
@@ -65,6 +66,7 @@ class RLConfig:
     max_pass_rate: float = 0.875    # ... and a pass rate at most this (not always solved)
     refresh_pool: bool = False      # the frontier follows the student: each sampled group re-measures its task (`TaskPool`; needs the pool's rates) ...
     explore_per_batch: int = 1      # ... and up to this many tasks out of the frontier per batch are kept to be re-measured
+    greedy_failures: bool = False   # RL's tasks: only those the SFT student's greedy answer gets wrong (greedy moves only where a sample beats it)
     dev_every: int = 5              # rollout batches between dev evaluations
     n_dev: int = 10                 # dev tasks per kind for the dev curve
     save_every: int = 10            # rollout batches between checkpoints

@@ -5,7 +5,7 @@
 # %% ../nbs/10_agentic_rl.ipynb #ead14a26
 from __future__ import annotations
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -33,9 +33,10 @@ RL_EVAL_NAMES = {"coa_sft": "rl_eval/sft_test", "coa_rl": "rl_eval/rl_test"}   #
 def _rl_dir(run: Run) -> Path: return run.dir / "rl"
 
 def _selection_key(cfg: RLConfig) -> dict:
-    "The settings the selection depends on (a change of learning rate does not redo it)."
-    return {k: getattr(cfg, k) for k in ("profile", "select_per_kind", "select_k", "select_min_passes", "max_pass_rate", "temperature",
-                                          "max_turns", "max_new_tokens", "max_total_tokens", "seed")}
+    "The settings the selection depends on (a change of learning rate does not redo it; `greedy_failures` off keeps an earlier selection's key)."
+    keys = ("profile", "select_per_kind", "select_k", "select_min_passes", "max_pass_rate", "temperature", "max_turns", "max_new_tokens",
+            "max_total_tokens", "seed") + (("greedy_failures",) if cfg.greedy_failures else ())
+    return {k: getattr(cfg, k) for k in keys}
 
 def one_per_prompt(tasks: Sequence[dict], tokenizer) -> list[dict]:
     "The first task of each agent prompt, in order: TRL identifies a task by its prompt."
@@ -46,11 +47,15 @@ def one_per_prompt(tasks: Sequence[dict], tokenizer) -> list[dict]:
     return out
 
 def afm_selection(student, train: Dataset, cfg: RLConfig) -> dict:
-    "AFM's rule from `student` (a model dir): pass rates on `select_per_kind` shuffled training tasks per kind, the tasks kept (one per prompt)."
-    pool = eval_tasks(train.shuffle(seed=cfg.seed), cfg.select_per_kind)
-    rates = pass_rates(load_policy(student), pool, cfg.select_k, cfg, COA, seed=cfg.seed)
-    selected = [t["id"] for t in one_per_prompt(select_tasks(pool, rates, cfg.max_pass_rate, cfg.select_min_passes), load_tokenizer(student))]
-    return {"pool": [t["id"] for t in pool], "rates": rates, "selected": selected}
+    "AFM's rule from `student` (a model dir): pass rates on `select_per_kind` shuffled training tasks per kind, the tasks kept (one per prompt); with `greedy_failures`, only those its greedy answer gets wrong."
+    pool, policy = eval_tasks(train.shuffle(seed=cfg.seed), cfg.select_per_kind), load_policy(student)
+    rates = pass_rates(policy, pool, cfg.select_k, cfg, COA, seed=cfg.seed)
+    solved = set()
+    if cfg.greedy_failures:                                          # one greedy episode per task: a pass rate of k = 1 at temperature 0
+        solved = {r["id"] for r in pass_rates(policy, pool, 1, replace(cfg, temperature=0.0), COA) if r["passes"]}
+    frontier = [t for t in select_tasks(pool, rates, cfg.max_pass_rate, cfg.select_min_passes) if t["id"] not in solved]
+    return {"pool": [t["id"] for t in pool], "rates": rates, "selected": [t["id"] for t in one_per_prompt(frontier, load_tokenizer(student))],
+            **({"greedy_solved": [t["id"] for t in pool if t["id"] in solved]} if cfg.greedy_failures else {})}
 
 def rl_selection(run: Run | str | os.PathLike | None, cfg: RLConfig) -> dict:
     "AFM's data selection, cached in `run_dir/rl/selection.json`: the SFT student's pass rates on training tasks and the tasks kept."
@@ -71,11 +76,11 @@ def _tasks_by_id(run: Run, split: str, ids: Sequence[str]) -> list[dict]:
 
 # %% ../nbs/10_agentic_rl.ipynb #f0d530c6
 def rl_tasks(sel: dict, train: Sequence[dict], cfg: RLConfig, tokenizer) -> tuple[list[dict], list[dict] | None]:
-    "What RL trains on: the selected tasks, or with `refresh_pool` the whole pool (one task per prompt, the selected first) and its pass rates."
+    "What RL trains on: the selected tasks, or with `refresh_pool` the whole pool (one task per prompt, the selected first; with `greedy_failures`, none the student's greedy answer solved) and its pass rates."
     rows = {t["id"]: t for t in train}
     if not cfg.refresh_pool: return [rows[i] for i in sel["selected"]], None
-    chosen = set(sel["selected"])
-    tasks = one_per_prompt([rows[i] for i in sel["selected"] + [i for i in sel["pool"] if i not in chosen]], tokenizer)
+    out = set(sel["selected"]) | (set(sel["greedy_solved"]) if cfg.greedy_failures else set())
+    tasks = one_per_prompt([rows[i] for i in sel["selected"] + [i for i in sel["pool"] if i not in out]], tokenizer)
     rate = {r["id"]: r for r in sel["rates"]}
     return tasks, [rate[t["id"]] for t in tasks]                       # in the tasks' order
 
@@ -125,7 +130,8 @@ def rl_report(run_dir) -> str:
     rule = f"{kept[0]} to {kept[-1]} passes of {k}" if kept else "no task passes the rule"
     hist = lambda rows: [sum(r["passes"] == j for r in rows) for j in range(k + 1)]
     out += ["", f"#### Data selection: pass rates of the RL tasks before and after RL ({k} samples each)", "",
-            f"{sel['selected']} of {sel['pool']} training tasks selected ({rule}); "
+            f"{sel['selected']} of {sel['pool']} training tasks selected ({rule}"
+            + (f"; the {sel['greedy_solved']} the SFT student's greedy answer solves left out" if "greedy_solved" in sel else "") + "); "
             f"mean pass rate {pct(_mean_rate(res['rates_before']))}% → {pct(_mean_rate(res['rates_after']))}%.", "",
             "| passes out of k | " + " | ".join(map(str, range(k + 1))) + " |", "|---|" + "---:|" * (k + 1),
             "| SFT | " + " | ".join(map(str, hist(res["rates_before"]))) + " |",
@@ -187,7 +193,7 @@ def run_rl_stage(run: Run | str | os.PathLike | None, cfg: RLConfig) -> dict:
     plot_pass_rates(before, after, rd / "figures" / "rl_pass_rates.png")
     out = {"profile": cfg.profile, "config": asdict(cfg), "n_test_tasks": len(test_set),
            "metrics": {k: found[RL_EVAL_NAMES[k]] for k in models}, "paired_greedy": paired(RL_EVAL_NAMES), "avg_at_k": avg,
-           "selection": {"pool": len(sel["pool"]), "selected": len(sel["selected"])}, "rates_before": before, "rates_after": after,
+           "selection": {"pool": len(sel["pool"]), "selected": len(sel["selected"]), **({"greedy_solved": len(sel["greedy_solved"])} if "greedy_solved" in sel else {})}, "rates_before": before, "rates_after": after,
            "curves": read_json(rl_dir / "rl_curves.json"), "training": built_record(rl_dir)}
     atomic_write_json(rd / "rl_results.json", out)
     atomic_write_text(rd / "report" / "10_agentic_rl.md", rl_report(rd))
