@@ -55,9 +55,7 @@ class RLConfig:
     logprob_check_every: int = 5    # ... checked against TRL's recompute every this many rollout batches (the first included) ...
     logprob_tol: float = 1e-3       # ... and recomputed for the rest of the run once they differ by more than this on a trained token
     update_rows: int = 4            # an update's forward/backward in pieces of this many episodes of similar length, each unpadded (0: one piece)
-    max_turns: int = 8
-    max_new_tokens: int = TURN_TOKENS
-    max_total_tokens: int = 2048
+    max_turns: int = 8; max_new_tokens: int = TURN_TOKENS; max_total_tokens: int = 2048   # each rollout's limits
     dynamic_sampling: bool = True   # drop groups whose rewards all agree and refill the batch
     max_refill_rounds: int = 3      # refill rounds per batch before the batch is filled with the dropped groups
     select_per_kind: int = 30       # training tasks per kind whose pass rate is measured for data selection
