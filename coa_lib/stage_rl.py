@@ -33,10 +33,10 @@ RL_EVAL_NAMES = {"coa_sft": "rl_eval/sft_test", "coa_rl": "rl_eval/rl_test"}   #
 def _rl_dir(run: Run) -> Path: return run.dir / "rl"
 
 def _selection_key(cfg: RLConfig) -> dict:
-    "The settings the selection depends on (a change of learning rate does not redo it; `greedy_failures` off keeps an earlier selection's key)."
+    "The settings the selection depends on (a change of learning rate does not redo it; an added field at its `added_fields` value keeps an earlier key)."
     keys = ("profile", "select_per_kind", "select_k", "select_min_passes", "max_pass_rate", "temperature", "max_turns", "max_new_tokens",
-            "max_total_tokens", "seed") + (("greedy_failures",) if cfg.greedy_failures else ())
-    return {k: getattr(cfg, k) for k in keys}
+            "max_total_tokens", "seed", "greedy_failures")
+    return {k: getattr(cfg, k) for k in keys if not (k in cfg.added_fields and getattr(cfg, k) == cfg.added_fields[k])}
 
 def one_per_prompt(tasks: Sequence[dict], tokenizer) -> list[dict]:
     "The first task of each agent prompt, in order: TRL identifies a task by its prompt."
