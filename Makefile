@@ -17,9 +17,10 @@ reproduce: $(STAMP)
 	$(BIN)/python -m coa_lib.reproduce --profile $(PROFILE) --run-dir $(RUN) $(ARGS)
 
 # The run's report.md (claims, provenance, every stage's results, figures, notebooks as HTML), rewritten from a finished
-# run dir (default runs/full), and the README's results section copied from it.
+# run dir (default runs/full), and the README's results section copied from it. Seeds files the benches measured on
+# another run (their copies in bench/results/) are used when their models have the run's weights.
 readme: $(STAMP)
-	$(BIN)/python -m coa_lib.report --run-dir $(RUN) --readme README.md
+	$(BIN)/python -m coa_lib.report --run-dir $(RUN) --readme README.md --seeds-from bench/results
 
 # The tutorial site: every notebook (a stage's executed copy from the run dir, with its outputs), the README and the
 # run's report and figures, built with mkdocs-material + mkdocs-jupyter into site/ and checked (pages, links, figures).

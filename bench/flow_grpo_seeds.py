@@ -10,7 +10,8 @@ Flow-GRPO's own) and is evaluated as `flow_grpo_seed<k>` (and `flow_grpo_seed<k>
     python bench/flow_grpo_seeds.py --run-dir runs/full --seeds 0 1 2
 
 Writes `run_dir/flow_grpo_seeds.json` (read by the report's Flow-GRPO claim while its warm start and seed-0 planner
-are the run's) and, at the full profile only, a copy in bench/results/. Resumable: a trained planner and a finished
+are the run's) and, at the full profile only, a copy in bench/results/ (`make readme` adopts it into a later run
+whose warm start and planner have the same weights). Resumable: a trained planner and a finished
 evaluation are found again under their training's key.
 """
 from __future__ import annotations

@@ -9,7 +9,8 @@ base is shared, so the spread measured here is the students' own). The per-task 
     python bench/student_seeds.py --run-dir runs/full --seeds 0 1 2
 
 Writes `run_dir/student_seeds.json` (read by the report's claims 5 and 6 while its seed-0 students are the run's) and, at the full profile only, a copy in
-bench/results/ (a smoke run's numbers are not findings: they never replace the full run's there). Resumable: a
+bench/results/ (a smoke run's numbers are not findings: they never replace the full run's there), which `make readme`
+adopts into a later run whose students have the same weights (`coa_lib.report.adopt_seeds_files`). Resumable: a
 trained student or a finished evaluation is found again (an evaluation under its student's training: a retrained student is evaluated anew).
 """
 from __future__ import annotations

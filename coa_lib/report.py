@@ -13,14 +13,14 @@ from .core import atomic_write_text, config_settings, pct, read_json
 
 # %% auto #0
 __all__ = ['SEEDS_FILE', 'FLOW_SEEDS_FILE', 'CLAIMS', 'VERDICT_WORDS', 'VERSIONED', 'PLUMBING_PROFILES', 'RESULTS_BEGIN',
-           'RESULTS_END', 'Claim', 'verdict', 'afm_token_claim', 'afm_tool_claim', 'afm_accuracy_claim', 'afm_rl_claim',
-           'paired_evaluations', 'seeds_record', 'seeds_file_problem', 'student_comparison', 'afm_format_claim',
-           'afm_filter_claim', 'planner_comparison', 'per_task_mean', 'flow_seeds', 'flow_seeds_comparison',
-           'af_flow_grpo_claim', 'af_offline_claim', 'af_budget_claim', 'af_tools_claim', 'af_game24_claim',
-           'collect_claims', 'claims_table', 'claims_summary', 'package_versions', 'stage_markers', 'run_profiles',
-           'run_seeds', 'changed_settings', 'provenance', 'notebooks_html', 'figure_caption', 'run_figures',
-           'plumbing_note', 'build_report', 'readme_results', 'results_prose', 'check_results_prose', 'update_readme',
-           'main']
+           'RESULTS_END', 'SEEDS_FILES', 'Claim', 'verdict', 'afm_token_claim', 'afm_tool_claim', 'afm_accuracy_claim',
+           'afm_rl_claim', 'paired_evaluations', 'seeds_record', 'seeds_file_problem', 'student_comparison',
+           'afm_format_claim', 'afm_filter_claim', 'planner_comparison', 'per_task_mean', 'flow_seeds',
+           'flow_seeds_comparison', 'af_flow_grpo_claim', 'af_offline_claim', 'af_budget_claim', 'af_tools_claim',
+           'af_game24_claim', 'collect_claims', 'claims_table', 'claims_summary', 'package_versions', 'stage_markers',
+           'run_profiles', 'run_seeds', 'changed_settings', 'provenance', 'notebooks_html', 'figure_caption',
+           'run_figures', 'plumbing_note', 'build_report', 'readme_results', 'results_prose', 'check_results_prose',
+           'update_readme', 'adopt_seeds_files', 'main']
 
 # %% ../nbs/14c_report.ipynb #da1de360
 @dataclass(frozen=True)
@@ -92,17 +92,18 @@ def paired_evaluations(rd: Path, a: str, b: str) -> dict:
     return paired_records(*(load_from_disk(str(p)) for p in paths))
 
 def seeds_record(rd: Path, models: dict[int, dict[str, Path]]) -> dict[str, dict[str, dict]]:
-    "Which models a seeds file measured: {seed: {name: its path in the run dir and its training's fingerprint}} (what `seeds_file_problem` checks)."
-    from coa_lib.core import model_fingerprint
-    entry = lambda p: {"path": str(Path(p).resolve().relative_to(Path(rd).resolve())), "fingerprint": model_fingerprint(p)}
+    "Which models a seeds file measured: {seed: {name: its path in the run dir, its training's fingerprint and its weights' hash}} (what `seeds_file_problem` checks)."
+    from coa_lib.core import model_fingerprint, weights_hash
+    entry = lambda p: {"path": str(Path(p).resolve().relative_to(Path(rd).resolve())), "fingerprint": model_fingerprint(p), "weights": weights_hash(p)}
     return {str(k): {name: entry(p) for name, p in paths.items()} for k, paths in sorted(models.items())}
 
 def seeds_file_problem(rd: Path, seeds: dict, file: str = SEEDS_FILE, what: str = "students") -> str | None:
-    "Why a seeds file does not measure the run's models (None when its seed-0 models are the run's, at their paths now)."
-    from coa_lib.core import model_fingerprint
+    "Why a seeds file does not measure the run's models (None when its seed-0 models are the run's, at their paths now: the same weights, where it recorded them, else the same training record)."
+    from coa_lib.core import model_fingerprint, weights_hash
     trained = seeds.get("trained", {}).get("0")
     if not trained: return f"{file} does not record which {what} it measured (written before it did)"
-    stale = [name for name, t in trained.items() if model_fingerprint(rd / t["path"]) != t["fingerprint"]]
+    same = lambda t: weights_hash(rd / t["path"]) == t["weights"] if t.get("weights") else model_fingerprint(rd / t["path"]) == t["fingerprint"]
+    stale = [name for name, t in trained.items() if not same(t)]
     return f"{file} measured other {what} than this run's ({', '.join(stale)} retrained since)" if stale else None
 
 # %% ../nbs/14c_report.ipynb #20b13b7d
@@ -433,14 +434,34 @@ def update_readme(readme, run_dir) -> str:
     atomic_write_text(readme, new)
     return new
 
+# %% ../nbs/14c_report.ipynb #9d49d866
+SEEDS_FILES = {SEEDS_FILE: "students", FLOW_SEEDS_FILE: "planners"}   # each seeds file the report reads: what it measured
+
+def adopt_seeds_files(rd: Path, source: Path) -> list[str]:
+    "Copy into the run dir each seeds file of `source` that measured this run's models (their weights), where the run has no valid one of its own; a line per file found."
+    rd, source, lines = Path(rd), Path(source), []
+    for file, what in SEEDS_FILES.items():
+        if not (source / file).exists(): continue
+        own = rd / file
+        if own.exists() and seeds_file_problem(rd, read_json(own), file, what) is None:
+            lines.append(f"{file}: the run's own"); continue
+        problem = seeds_file_problem(rd, read_json(source / file), file, what)
+        if problem is not None: lines.append(f"{source / file}: not used ({problem})"); continue
+        if own.exists(): own.replace(own.with_suffix(".stale.json"))               # kept beside, not lost
+        atomic_write_json(own, read_json(source / file))
+        lines.append(f"{file}: adopted from {source} (it measured this run's {what}: the same weights)")
+    return lines
+
 # %% ../nbs/14c_report.ipynb #90e3ddb3
 def main(argv: Sequence[str] | None = None) -> int:
-    "`python -m coa_lib.report --run-dir runs/full [--readme README.md]`: write the run's report.md (and the README's results)."
+    "`python -m coa_lib.report --run-dir runs/full [--readme README.md] [--seeds-from bench/results]`: write the run's report.md (and the README's results)."
     ap = argparse.ArgumentParser(prog="python -m coa_lib.report", description="Write a run's report.md from its files.")
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--readme", default=None, help="also replace this README's results section")
+    ap.add_argument("--seeds-from", default=None, metavar="DIR", help="first adopt DIR's seeds files that measured this run's models (adopt_seeds_files)")
     a = ap.parse_args(argv)
     try:
+        for line in adopt_seeds_files(a.run_dir, a.seeds_from) if a.seeds_from else []: print(line)
         print(f"wrote {build_report(a.run_dir)}")
         if a.readme: update_readme(a.readme, a.run_dir); print(f"updated {a.readme}")
     except (FileNotFoundError, ValueError) as e:

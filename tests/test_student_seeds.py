@@ -42,8 +42,11 @@ def test_a_retrained_student_is_evaluated_anew_and_the_report_drops_a_stale_file
     bench.evaluations(tmp_path, "smoke", 1, trained[1])
     assert metrics("coa").stat().st_mtime_ns != stamps["coa"]                            # its old evaluation is not reused
     assert metrics("react").stat().st_mtime_ns == stamps["react"]
-    coa0 = trained[0]["coa"]                                                               # the run's own CoA student retrained: the file is stale
+    coa0 = trained[0]["coa"]                                         # the run's own CoA student trained again to the same weights (another run, another record)
     mark_built(coa0, {**training_record(coa0), "steps": -1})
+    assert record["0"]["coa"]["weights"] and seeds_file_problem(tmp_path, {"trained": record}) is None   # still the students the file measured
+    weights = next(Path(coa0).glob("*.safetensors")); data = weights.read_bytes()
+    weights.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))          # retrained to other weights: the file is stale
     assert "(coa retrained since)" in seeds_file_problem(tmp_path, {"trained": record})
 
 
