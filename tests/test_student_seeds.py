@@ -63,3 +63,25 @@ def test_summarize_gives_each_kind_per_seed_and_pairs_task_by_task():
     assert s["per_seed_differences"]["coa-react"] == [0.125, 0.0]
     c = s["comparisons"]["coa-react"]                        # per-task mean over seeds: t1 +0.5, t6 +0.5, t0 -0.5
     assert (c["n"], c["wins"], c["losses"]) == (8, 2, 1) and abs(c["diff"] - 0.0625) < 1e-12
+
+
+def test_make_readme_adopts_a_seeds_file_of_another_run_with_the_same_weights(tmp_path):
+    from coa_lib.core import atomic_write_json
+    from coa_lib.report import SEEDS_FILE, adopt_seeds_files, seeds_record
+    runs = {name: tmp_path / name for name in ("first", "again")}
+    for i, rd in enumerate(runs.values()):                                    # two runs of the same code: same weights, other records
+        for s in bench_students():
+            (rd / "sft" / s).mkdir(parents=True); (rd / "sft" / s / "model.safetensors").write_bytes(s.encode())
+            mark_built(rd / "sft" / s, {"student": s, "train_s": 10 + i})
+    measured = {"seeds": [0, 1], "trained": seeds_record(runs["first"], {0: {s: runs["first"] / "sft" / s for s in bench_students()}})}
+    atomic_write_json(tmp_path / "results" / SEEDS_FILE, measured)
+    lines = adopt_seeds_files(runs["again"], tmp_path / "results")
+    assert lines == [f"{SEEDS_FILE}: adopted from {tmp_path / 'results'} (it measured this run's students: the same weights)"]
+    assert read_json(runs["again"] / SEEDS_FILE) == measured
+    (runs["first"] / "sft" / "react" / "model.safetensors").write_bytes(b"other")   # a run whose react differs
+    (runs["first"] / SEEDS_FILE).unlink(missing_ok=True)
+    assert "not used" in adopt_seeds_files(runs["first"], tmp_path / "results")[0] and not (runs["first"] / SEEDS_FILE).exists()
+
+
+def bench_students() -> tuple[str, ...]:
+    return _bench().COMPARED
