@@ -17,9 +17,9 @@ __all__ = ['PROFILES', 'TASK_KINDS', 'QA_KINDS', 'SPLITS', 'TASK_COLUMNS', 'TASK
            'save_dataset', 'launched_processes', 'close_process_group', 'artifact_path', 'done_marker', 'built_record',
            'is_built', 'mark_built', 'found_built', 'artifact_lock', 'load_or_build', 'start_building',
            'adopt_earlier_record', 'recorded_training', 'stable_hash', 'config_json', 'config_settings',
-           'same_settings', 'training_record', 'model_fingerprint', 'weights_hash', 'seed_int', 'rng_for', 'split_of',
-           'check_split', 'check_kind', 'meta_json', 'task_meta', 'to_dataset', 'full_reward', 'Outcome', 'outcomes_of',
-           'pct', 'accuracy_text', 'DataFormatError', 'format_error', 'get_field', 'str_list', 'read_text_file',
+           'same_settings', 'training_record', 'model_fingerprint', 'seed_int', 'rng_for', 'split_of', 'check_split',
+           'check_kind', 'meta_json', 'task_meta', 'to_dataset', 'full_reward', 'Outcome', 'outcomes_of', 'pct',
+           'accuracy_text', 'DataFormatError', 'format_error', 'get_field', 'str_list', 'read_text_file',
            'read_json_list', 'read_jsonl', 'read_csv_rows', 'agentflow_benchmark_dir']
 
 # %% ../nbs/00_core.ipynb #f5f94ae7
@@ -258,18 +258,6 @@ def model_fingerprint(path: str | os.PathLike) -> str:
     "Which training made the model at `path`: a hash of its training record; any other path stands for itself."
     record = training_record(path)
     return stable_hash([record]) if record is not None else str(path)
-
-def weights_hash(path: str | os.PathLike) -> str | None:
-    "A hash of the weights saved at `path` (its top-level `*.safetensors` and `pytorch_model*.bin` files, names and bytes): two trainings that wrote the same weights share it, whenever they ran; None where there are none."
-    path = Path(path)
-    files = sorted(p for p in path.glob("*") if p.is_file() and (p.suffix == ".safetensors" or p.name.startswith("pytorch_model"))) if path.is_dir() else []
-    if not files: return None
-    digest = hashlib.sha256()
-    for p in files:
-        digest.update(p.name.encode())
-        with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""): digest.update(block)
-    return digest.hexdigest()[:16]
 
 # %% ../nbs/00_core.ipynb #0805f0c1
 TASK_KINDS = ("multihop", "comparison", "mixed", "math", "game24", "code")

@@ -14,13 +14,13 @@ from .core import atomic_write_json, atomic_write_text, config_settings, pct, re
 # %% auto #0
 __all__ = ['SEEDS_FILE', 'FLOW_SEEDS_FILE', 'CLAIMS', 'VERDICT_WORDS', 'VERSIONED', 'PLUMBING_PROFILES', 'RESULTS_BEGIN',
            'RESULTS_END', 'SEEDS_FILES', 'Claim', 'verdict', 'afm_token_claim', 'afm_tool_claim', 'afm_accuracy_claim',
-           'afm_rl_claim', 'paired_evaluations', 'seeds_record', 'seeds_file_problem', 'student_comparison',
-           'afm_format_claim', 'afm_filter_claim', 'planner_comparison', 'per_task_mean', 'flow_seeds',
-           'flow_seeds_comparison', 'af_flow_grpo_claim', 'af_offline_claim', 'af_budget_claim', 'af_tools_claim',
-           'af_game24_claim', 'collect_claims', 'claims_table', 'claims_summary', 'package_versions', 'stage_markers',
-           'run_profiles', 'run_seeds', 'changed_settings', 'provenance', 'notebooks_html', 'figure_caption',
-           'run_figures', 'plumbing_note', 'build_report', 'readme_results', 'results_prose', 'check_results_prose',
-           'update_readme', 'adopt_seeds_files', 'main']
+           'afm_rl_claim', 'paired_evaluations', 'weights_hash', 'seeds_record', 'seeds_file_problem',
+           'student_comparison', 'afm_format_claim', 'afm_filter_claim', 'planner_comparison', 'per_task_mean',
+           'flow_seeds', 'flow_seeds_comparison', 'af_flow_grpo_claim', 'af_offline_claim', 'af_budget_claim',
+           'af_tools_claim', 'af_game24_claim', 'collect_claims', 'claims_table', 'claims_summary', 'package_versions',
+           'stage_markers', 'run_profiles', 'run_seeds', 'changed_settings', 'provenance', 'notebooks_html',
+           'figure_caption', 'run_figures', 'plumbing_note', 'build_report', 'readme_results', 'results_prose',
+           'check_results_prose', 'update_readme', 'adopt_seeds_files', 'main']
 
 # %% ../nbs/14c_report.ipynb #da1de360
 @dataclass(frozen=True)
@@ -91,15 +91,25 @@ def paired_evaluations(rd: Path, a: str, b: str) -> dict:
         if not path.exists(): raise FileNotFoundError(2, "no evaluation records", str(path))   # errno 2: ENOENT
     return paired_records(*(load_from_disk(str(p)) for p in paths))
 
+def weights_hash(path: str | os.PathLike) -> str | None:
+    "A hash of the weights saved at `path` (its top-level `*.safetensors` and `pytorch_model*.bin` files, names and bytes): two trainings that wrote the same weights share it, whenever they ran; None where there are none."
+    import hashlib
+    path = Path(path)
+    files = sorted(p for p in path.glob("*") if p.is_file() and (p.suffix == ".safetensors" or p.name.startswith("pytorch_model"))) if path.is_dir() else []
+    digest = hashlib.sha256()
+    for p in files:
+        with open(p, "rb") as f: digest.update(p.name.encode() + hashlib.file_digest(f, "sha256").digest())
+    return digest.hexdigest()[:16] if files else None
+
 def seeds_record(rd: Path, models: dict[int, dict[str, Path]]) -> dict[str, dict[str, dict]]:
     "Which models a seeds file measured: {seed: {name: its path in the run dir, its training's fingerprint and its weights' hash}} (what `seeds_file_problem` checks)."
-    from coa_lib.core import model_fingerprint, weights_hash
+    from coa_lib.core import model_fingerprint
     entry = lambda p: {"path": str(Path(p).resolve().relative_to(Path(rd).resolve())), "fingerprint": model_fingerprint(p), "weights": weights_hash(p)}
     return {str(k): {name: entry(p) for name, p in paths.items()} for k, paths in sorted(models.items())}
 
 def seeds_file_problem(rd: Path, seeds: dict, file: str = SEEDS_FILE, what: str = "students") -> str | None:
     "Why a seeds file does not measure the run's models (None when its seed-0 models are the run's, at their paths now: the same weights, where it recorded them, else the same training record)."
-    from coa_lib.core import model_fingerprint, weights_hash
+    from coa_lib.core import model_fingerprint
     trained = seeds.get("trained", {}).get("0")
     if not trained: return f"{file} does not record which {what} it measured (written before it did)"
     same = lambda t: weights_hash(rd / t["path"]) == t["weights"] if t.get("weights") else model_fingerprint(rd / t["path"]) == t["fingerprint"]
