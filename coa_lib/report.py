@@ -5,7 +5,7 @@
 # %% ../nbs/14c_report.ipynb #090081e6
 from __future__ import annotations
 import argparse, os, re, sys, time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -35,6 +35,7 @@ class Claim:
     source: str               # the run-dir file our number comes from
     note: str = ""
     undecided: bool = False   # measured, but the sign of the difference is inside the noise (holds is None)
+    number: int = 0           # its place in CLAIMS (set by collect_claims): the same number in every report, whatever ran
 
 def verdict(holds: bool | None, undecided: bool = False) -> str:
     "yes / no / undecided (measured, inside the noise) / n/a (not comparable here)."
@@ -253,8 +254,8 @@ CLAIMS: tuple[Callable[[Path], Claim], ...] = (afm_token_claim, afm_tool_claim, 
 def collect_claims(run_dir, claims: Sequence[Callable[[Path], Claim]] = CLAIMS) -> tuple[list[Claim], list[str]]:
     "The claims whose results the run has, and a line for each whose results file is missing."
     rd, found, missing = Path(run_dir), [], []
-    for fn in claims:
-        try: found.append(fn(rd))
+    for number, fn in enumerate(claims, 1):
+        try: found.append(replace(fn(rd), number=number))
         except FileNotFoundError as e: missing.append(f"{fn.__name__}: {Path(e.filename or str(e)).name} not in the run dir")
     return found, missing
 
@@ -263,7 +264,7 @@ def claims_table(claims: Sequence[Claim], withheld: str = "") -> str:
     def held(c: Claim) -> str: return f"—, {withheld}" if withheld else f"**{verdict(c.holds, c.undecided)}**"
     rows = ["| # | paper | claim | paper's number | ours | direction holds? | test | from |", "|---:|---|---|---|---|---|---|---|"]
     rows += [f"| {i} | {c.paper} | {c.claim} | {c.paper_value} | {c.ours or '(none)'} | {held(c)}{' — ' + c.note if c.note else ''} | {c.test} | `{c.source}` |"
-             for i, c in enumerate(claims, 1)]
+             for i, c in ((c.number, c) for c in claims)]
     return "\n".join(rows) + "\n"
 
 VERDICT_WORDS = {"yes": "the direction holds here for", "no": "it does not hold for", "undecided": "the difference is inside the noise for",
@@ -271,7 +272,7 @@ VERDICT_WORDS = {"yes": "the direction holds here for", "no": "it does not hold 
 
 def claims_summary(claims: Sequence[Claim]) -> str:
     "One sentence, generated from the table: which claims' directions hold here, which do not, which are undecided or not comparable."
-    by = {v: [i for i, c in enumerate(claims, 1) if verdict(c.holds, c.undecided) == v] for v in VERDICT_WORDS}
+    by = {v: [c.number for c in claims if verdict(c.holds, c.undecided) == v] for v in VERDICT_WORDS}
     parts = [f"{VERDICT_WORDS[v]} claim{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}" for v, ids in by.items() if ids]
     return ("In short: " + "; ".join(parts) + ".") if parts else "In short: no claim was evaluated."
 
