@@ -263,8 +263,8 @@ def claims_table(claims: Sequence[Claim], withheld: str = "") -> str:
     "The claim-by-claim markdown table; with `withheld` (why), no verdicts: that column says `—, <why>`."
     def held(c: Claim) -> str: return f"—, {withheld}" if withheld else f"**{verdict(c.holds, c.undecided)}**"
     rows = ["| # | paper | claim | paper's number | ours | direction holds? | test | from |", "|---:|---|---|---|---|---|---|---|"]
-    rows += [f"| {i} | {c.paper} | {c.claim} | {c.paper_value} | {c.ours or '(none)'} | {held(c)}{' — ' + c.note if c.note else ''} | {c.test} | `{c.source}` |"
-             for i, c in ((c.number, c) for c in claims)]
+    rows += [f"| {c.number} | {c.paper} | {c.claim} | {c.paper_value} | {c.ours or '(none)'} | {held(c)}{' — ' + c.note if c.note else ''} | {c.test} | `{c.source}` |"
+             for c in claims]
     return "\n".join(rows) + "\n"
 
 VERDICT_WORDS = {"yes": "the direction holds here for", "no": "it does not hold for", "undecided": "the difference is inside the noise for",
