@@ -54,7 +54,10 @@ def test_seeds_start_from_the_warm_start_and_the_report_uses_only_a_current_file
     assert res["trained"]["1"]["flow_grpo"]["path"] == "agentflow/seeds/seed1/planner_flow_grpo"
     pooled, text = flow_seeds_comparison(tmp_path)
     assert pooled == res["greedy"]["pooled"] and "over 2 seeds from one warm start" in text and "; avg@2 over seeds " in text
-    mark_built(planners[0], {**training_record(planners[0]), "steps": -1})               # the stage's planner retrained: the file is stale
+    mark_built(planners[0], {**training_record(planners[0]), "steps": -1})               # trained again to the same weights (another run)
+    assert flow_seeds_comparison(tmp_path)[0] == res["greedy"]["pooled"]                  # still the planner the file measured
+    weights = next(Path(planners[0]).glob("*.safetensors")); data = weights.read_bytes()
+    weights.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))                               # retrained to other weights: the file is stale
     pooled, text = flow_seeds_comparison(tmp_path)
     assert pooled is None and "(flow_grpo retrained since): not used" in text
     bad = subprocess.run([sys.executable, str(BENCH), "--run-dir", str(tmp_path), "--profile", "smoke", "--seeds", "1", "2"],
