@@ -4,7 +4,7 @@
 
 # %% ../nbs/14c_report.ipynb #090081e6
 from __future__ import annotations
-import argparse, os, re, sys, time
+import argparse, contextlib, os, re, sys, time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
@@ -14,13 +14,13 @@ from .core import atomic_write_json, atomic_write_text, config_settings, pct, re
 # %% auto #0
 __all__ = ['SEEDS_FILE', 'FLOW_SEEDS_FILE', 'CLAIMS', 'VERDICT_WORDS', 'VERSIONED', 'PLUMBING_PROFILES', 'RESULTS_BEGIN',
            'RESULTS_END', 'SEEDS_FILES', 'Claim', 'verdict', 'afm_token_claim', 'afm_tool_claim', 'afm_accuracy_claim',
-           'afm_rl_claim', 'paired_evaluations', 'weights_hash', 'seeds_record', 'seeds_file_problem',
-           'student_comparison', 'afm_format_claim', 'afm_filter_claim', 'planner_comparison', 'per_task_mean',
-           'flow_seeds', 'flow_seeds_comparison', 'af_flow_grpo_claim', 'af_offline_claim', 'af_budget_claim',
-           'af_tools_claim', 'af_game24_claim', 'collect_claims', 'claims_table', 'claims_summary', 'package_versions',
-           'stage_markers', 'run_profiles', 'run_seeds', 'changed_settings', 'provenance', 'notebooks_html',
-           'figure_caption', 'run_figures', 'plumbing_note', 'build_report', 'readme_results', 'results_prose',
-           'check_results_prose', 'update_readme', 'adopt_seeds_files', 'main']
+           'afm_rl_claim', 'paired_evaluations', 'weights_hash', 'weights_read_once', 'seeds_record',
+           'seeds_file_problem', 'student_comparison', 'afm_format_claim', 'afm_filter_claim', 'planner_comparison',
+           'per_task_mean', 'flow_seeds', 'flow_seeds_comparison', 'af_flow_grpo_claim', 'af_offline_claim',
+           'af_budget_claim', 'af_tools_claim', 'af_game24_claim', 'collect_claims', 'claims_table', 'claims_summary',
+           'package_versions', 'stage_markers', 'run_profiles', 'run_seeds', 'changed_settings', 'provenance',
+           'notebooks_html', 'figure_caption', 'run_figures', 'plumbing_note', 'build_report', 'readme_results',
+           'results_prose', 'check_results_prose', 'update_readme', 'adopt_seeds_files', 'main']
 
 # %% ../nbs/14c_report.ipynb #da1de360
 @dataclass(frozen=True)
@@ -95,12 +95,24 @@ def paired_evaluations(rd: Path, a: str, b: str) -> dict:
 def weights_hash(path: str | os.PathLike) -> str | None:
     "A hash of the weights saved at `path` (its top-level `*.safetensors` and `pytorch_model*.bin` files, names and bytes): two trainings that wrote the same weights share it, whenever they ran; None where there are none."
     import hashlib
-    path = Path(path)
-    files = sorted(p for p in path.glob("*") if p.is_file() and (p.suffix == ".safetensors" or p.name.startswith("pytorch_model"))) if path.is_dir() else []
-    digest = hashlib.sha256()
-    for p in files:
-        with open(p, "rb") as f: digest.update(p.name.encode() + hashlib.file_digest(f, "sha256").digest())
-    return digest.hexdigest()[:16] if files else None
+    memo, path = (_weights_read if _weights_read is not None else {}), Path(path).resolve()
+    if path not in memo:
+        files = sorted(p for p in path.glob("*") if p.is_file() and (p.suffix == ".safetensors" or p.name.startswith("pytorch_model"))) if path.is_dir() else []
+        digest = hashlib.sha256()
+        for p in files:
+            with open(p, "rb") as f: digest.update(p.name.encode() + hashlib.file_digest(f, "sha256").digest())
+        memo[path] = digest.hexdigest()[:16] if files else None
+    return memo[path]
+
+_weights_read: dict[Path, str | None] | None = None   # within `weights_read_once`: each model's hash, read once
+
+@contextlib.contextmanager
+def weights_read_once():
+    "Within this block `weights_hash` reads each model's files once (one report: claims 5 and 6 and the adoption check the same models, which do not change meanwhile)."
+    global _weights_read
+    outer, _weights_read = _weights_read, ({} if _weights_read is None else _weights_read)   # nested: the outer block's readings stand
+    try: yield
+    finally: _weights_read = outer
 
 def seeds_record(rd: Path, models: dict[int, dict[str, Path]]) -> dict[str, dict[str, dict]]:
     "Which models a seeds file measured: {seed: {name: its path in the run dir, its training's fingerprint and its weights' hash}} (what `seeds_file_problem` checks)."
@@ -110,12 +122,14 @@ def seeds_record(rd: Path, models: dict[int, dict[str, Path]]) -> dict[str, dict
 
 def seeds_file_problem(rd: Path, seeds: dict, file: str = SEEDS_FILE, what: str = "students") -> str | None:
     "Why a seeds file does not measure the run's models (None when its seed-0 models are the run's, at their paths now: the same weights, where it recorded them, else the same training record)."
-    from coa_lib.core import model_fingerprint
+    from coa_lib.core import is_built, model_fingerprint
     trained = seeds.get("trained", {}).get("0")
     if not trained: return f"{file} does not record which {what} it measured (written before it did)"
     same = lambda t: weights_hash(rd / t["path"]) == t["weights"] if t.get("weights") else model_fingerprint(rd / t["path"]) == t["fingerprint"]
-    stale = [name for name, t in trained.items() if not same(t)]
-    return f"{file} measured other {what} than this run's ({', '.join(stale)} retrained since)" if stale else None
+    missing = [name for name, t in trained.items() if not is_built(rd / t["path"])]     # e.g. a partial run
+    stale = [name for name, t in trained.items() if name not in missing and not same(t)]
+    why = ([f"{', '.join(stale)} retrained since"] if stale else []) + ([f"{', '.join(missing)} not in the run dir"] if missing else [])
+    return f"{file} measured other {what} than this run's ({'; '.join(why)})" if why else None
 
 # %% ../nbs/14c_report.ipynb #20b13b7d
 def student_comparison(rd: Path, a: str, b: str) -> tuple[dict, str, str]:
@@ -254,9 +268,10 @@ CLAIMS: tuple[Callable[[Path], Claim], ...] = (afm_token_claim, afm_tool_claim, 
 def collect_claims(run_dir, claims: Sequence[Callable[[Path], Claim]] = CLAIMS) -> tuple[list[Claim], list[str]]:
     "The claims whose results the run has, and a line for each whose results file is missing."
     rd, found, missing = Path(run_dir), [], []
-    for number, fn in enumerate(claims, 1):
-        try: found.append(replace(fn(rd), number=number))
-        except FileNotFoundError as e: missing.append(f"{fn.__name__}: {Path(e.filename or str(e)).name} not in the run dir")
+    with weights_read_once():
+        for number, fn in enumerate(claims, 1):
+            try: found.append(replace(fn(rd), number=number))
+            except FileNotFoundError as e: missing.append(f"{fn.__name__}: {Path(e.filename or str(e)).name} not in the run dir")
     return found, missing
 
 def claims_table(claims: Sequence[Claim], withheld: str = "") -> str:
@@ -451,6 +466,8 @@ SEEDS_FILES = {SEEDS_FILE: "students", FLOW_SEEDS_FILE: "planners"}   # each see
 def adopt_seeds_files(rd: Path, source: Path) -> list[str]:
     "Copy into the run dir each seeds file of `source` that measured this run's models (their weights), where the run has no valid one of its own; a line per file found."
     rd, source, lines = Path(rd), Path(source), []
+    if not source.is_dir(): raise FileNotFoundError(2, "no folder of seeds files", str(source))   # a mistyped path is not 'nothing to adopt'
+    if not any((source / file).exists() for file in SEEDS_FILES): return [f"{source}: no seeds file there ({', '.join(SEEDS_FILES)})"]
     for file, what in SEEDS_FILES.items():
         if not (source / file).exists(): continue
         own = rd / file
@@ -472,8 +489,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seeds-from", default=None, metavar="DIR", help="first adopt DIR's seeds files that measured this run's models (adopt_seeds_files)")
     a = ap.parse_args(argv)
     try:
-        for line in adopt_seeds_files(a.run_dir, a.seeds_from) if a.seeds_from else []: print(line)
-        print(f"wrote {build_report(a.run_dir)}")
+        with weights_read_once():                                         # the adoption and the claims read each model's weights once
+            for line in adopt_seeds_files(a.run_dir, a.seeds_from) if a.seeds_from else []: print(line)
+            print(f"wrote {build_report(a.run_dir)}")
         if a.readme: update_readme(a.readme, a.run_dir); print(f"updated {a.readme}")
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr); return 2
