@@ -21,12 +21,12 @@ from .stage_rl import RL_EVAL_NAMES
 from .stage_sft import sft_eval_name
 
 # %% auto #0
-__all__ = ['ENV_LABEL', 'VIEWER_CSS', 'VIEWER_JS', 'BULKY', 'WORKERS', 'FLOW_NOTE', 'Records', 'PRINCIPAL', 'COMPARISONS',
-           'Outcome', 'outcome_of', 'Card', 'esc', 'block', 'segments_html', 'text_of', 'episode_card', 'call_html',
-           'call_path', 'mas_card', 'flow_card', 'sample_items', 'by_kind_outcome', 'filter_html', 'code_html',
-           'card_html', 'ViewerConfig', 'anchor', 'page_md', 'cards_page', 'EpisodeRecords', 'MASRecords',
-           'FlowRecords', 'System', 'find_systems', 'Agreement', 'agreement', 'side_html', 'compare_page',
-           'write_jsonl', 'overview_md', 'episode_nav']
+__all__ = ['ENV_LABEL', 'VIEWER_CSS', 'VIEWER_JS', 'BULKY', 'WORKERS', 'FLOW_NOTE', 'Records', 'PRINCIPAL', 'STUDENT_LABELS',
+           'EVAL_TASKS', 'COMPARISONS', 'Outcome', 'outcome_of', 'Card', 'esc', 'block', 'segments_html', 'text_of',
+           'episode_card', 'call_html', 'call_path', 'mas_card', 'flow_card', 'sample_items', 'by_kind_outcome',
+           'filter_html', 'code_html', 'card_html', 'ViewerConfig', 'anchor', 'page_md', 'cards_page', 'EpisodeRecords',
+           'MASRecords', 'FlowRecords', 'System', 'records_label', 'find_systems', 'Agreement', 'agreement',
+           'side_html', 'compare_page', 'write_jsonl', 'overview_md', 'episode_nav']
 
 # %% ../nbs/14f_viewer.ipynb #00e9c08d
 class Outcome(str, Enum):
@@ -318,6 +318,16 @@ class System:
     def slug(self) -> str: return re.sub(r"[^\w-]+", "-", self.records.key)
 
 PRINCIPAL = {**{s.records: s.name for s in SYSTEMS}, f"{RL_EVAL_NAMES['coa_sft']}/records": "CoA SFT, before RL (RL's test tasks)"}   # by records path
+STUDENT_LABELS = {"coa": "CoA SFT", "coa_unfiltered": "CoA SFT, unfiltered", "react": "ReAct/TIR SFT", "direct": "Direct SFT"}   # stage_sft.STUDENTS
+EVAL_TASKS = {"test": "test tasks", "game24": "real GameOf24", "heldout": "QA, training worlds", "qa_test": "QA, test worlds"}   # sft_eval_name's tasks
+
+def records_label(key: str) -> str:
+    "A readable name for a student's other evaluations (`sft_eval/<student>_<tasks>`, the seeds bench's `seeds/seed<k>/eval/<student>_test`); else the key."
+    folder, _, leaf = key.rpartition("/")
+    seed = re.fullmatch(r"seeds/seed(\d+)/eval", folder)
+    if folder != "sft_eval" and not seed: return key
+    named = [(s, t) for s in STUDENT_LABELS for t in EVAL_TASKS if leaf == f"{s}_{t}"]
+    return f"{STUDENT_LABELS[named[0][0]]} ({EVAL_TASKS[named[0][1]]}{f', seed {seed[1]}' if seed else ''})" if named else key
 
 def find_systems(run_dir: str | Path) -> list[System]:
     "Every evaluated system whose records the run holds: the principal ones first (efficiency's order), then the rest by name."
@@ -329,7 +339,7 @@ def find_systems(run_dir: str | Path) -> list[System]:
     order = list(PRINCIPAL)
     found.sort(key=lambda r: (order.index(r.path) if r.path in order else len(order), r.key))
     flow = lambda r: f"AgentFlow, {FLOW_LABELS[r.name]} planner" if r.name in FLOW_LABELS else f"AgentFlow: {r.name}"
-    label = lambda r: PRINCIPAL.get(r.path) or (flow(r) if isinstance(r, FlowRecords) else r.key)
+    label = lambda r: PRINCIPAL.get(r.path) or (flow(r) if isinstance(r, FlowRecords) else records_label(r.key))
     return [System(r, label(r)) for r in found]
 
 # %% ../nbs/14f_viewer.ipynb #8778f2c1
