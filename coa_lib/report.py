@@ -467,16 +467,16 @@ def adopt_seeds_files(rd: Path, source: Path) -> list[str]:
     "Copy into the run dir each seeds file of `source` that measured this run's models (their weights), where the run has no valid one of its own; a line per file found."
     rd, source, lines = Path(rd), Path(source), []
     if not source.is_dir(): raise FileNotFoundError(2, "no folder of seeds files", str(source))   # a mistyped path is not 'nothing to adopt'
-    if not any((source / file).exists() for file in SEEDS_FILES): return [f"{source}: no seeds file there ({', '.join(SEEDS_FILES)})"]
-    for file, what in SEEDS_FILES.items():
-        if not (source / file).exists(): continue
-        own = rd / file
+    found = {file: what for file, what in SEEDS_FILES.items() if (source / file).exists()}
+    if not found: return [f"{source}: no seeds file there ({', '.join(SEEDS_FILES)})"]
+    for file, what in found.items():
+        own, theirs = rd / file, read_json(source / file)
         if own.exists() and seeds_file_problem(rd, read_json(own), file, what) is None:
             lines.append(f"{file}: the run's own"); continue
-        problem = seeds_file_problem(rd, read_json(source / file), file, what)
+        problem = seeds_file_problem(rd, theirs, file, what)
         if problem is not None: lines.append(f"{source / file}: not used ({problem})"); continue
         if own.exists(): own.replace(own.with_suffix(".stale.json"))               # kept beside, not lost
-        atomic_write_json(own, read_json(source / file))
+        atomic_write_json(own, theirs)
         lines.append(f"{file}: adopted from {source} (it measured this run's {what}: the same weights)")
     return lines
 

@@ -18,15 +18,16 @@ from .stage_agentflow import LABELS as FLOW_LABELS
 from .format import OBSERVATION, TOOL_TAGS, parse_coa
 from .mas import Role
 from .stage_rl import RL_EVAL_NAMES
-from .stage_sft import sft_eval_name
+from .stage_sft import STUDENTS, sft_eval_name
 
 # %% auto #0
-__all__ = ['ENV_LABEL', 'VIEWER_CSS', 'VIEWER_JS', 'BULKY', 'WORKERS', 'FLOW_NOTE', 'Records', 'PRINCIPAL', 'STUDENT_LABELS',
-           'EVAL_TASKS', 'COMPARISONS', 'Outcome', 'outcome_of', 'Card', 'esc', 'block', 'segments_html', 'text_of',
-           'episode_card', 'call_html', 'call_path', 'mas_card', 'flow_card', 'sample_items', 'by_kind_outcome',
-           'filter_html', 'code_html', 'card_html', 'ViewerConfig', 'anchor', 'page_md', 'cards_page', 'EpisodeRecords',
-           'MASRecords', 'FlowRecords', 'System', 'records_label', 'find_systems', 'Agreement', 'agreement',
-           'side_html', 'compare_page', 'write_jsonl', 'overview_md', 'episode_nav']
+__all__ = ['ENV_LABEL', 'VIEWER_CSS', 'VIEWER_JS', 'BULKY', 'WORKERS', 'FLOW_NOTE', 'Records', 'PRINCIPAL',
+           'OTHER_STUDENT_LABELS', 'STUDENT_LABELS', 'EVAL_TASKS', 'COMPARISONS', 'Outcome', 'outcome_of', 'Card',
+           'esc', 'block', 'segments_html', 'text_of', 'episode_card', 'call_html', 'call_path', 'mas_card',
+           'flow_card', 'sample_items', 'by_kind_outcome', 'filter_html', 'code_html', 'card_html', 'ViewerConfig',
+           'anchor', 'page_md', 'cards_page', 'EpisodeRecords', 'MASRecords', 'FlowRecords', 'System', 'records_label',
+           'find_systems', 'Agreement', 'agreement', 'side_html', 'compare_page', 'write_jsonl', 'overview_md',
+           'episode_nav']
 
 # %% ../nbs/14f_viewer.ipynb #00e9c08d
 class Outcome(str, Enum):
@@ -318,7 +319,8 @@ class System:
     def slug(self) -> str: return re.sub(r"[^\w-]+", "-", self.records.key)
 
 PRINCIPAL = {**{s.records: s.name for s in SYSTEMS}, f"{RL_EVAL_NAMES['coa_sft']}/records": "CoA SFT, before RL (RL's test tasks)"}   # by records path
-STUDENT_LABELS = {"coa": "CoA SFT", "coa_unfiltered": "CoA SFT, unfiltered", "react": "ReAct/TIR SFT", "direct": "Direct SFT"}   # stage_sft.STUDENTS
+OTHER_STUDENT_LABELS = {"coa_unfiltered": "CoA SFT, unfiltered"}   # the students efficiency.SYSTEMS does not compare
+STUDENT_LABELS = {st.name: OTHER_STUDENT_LABELS.get(st.name) or PRINCIPAL[f"{sft_eval_name(st.name)}/records"] for st in STUDENTS}
 EVAL_TASKS = {"test": "test tasks", "game24": "real GameOf24", "heldout": "QA, training worlds", "qa_test": "QA, test worlds"}   # sft_eval_name's tasks
 
 def records_label(key: str) -> str:
