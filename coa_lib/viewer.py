@@ -22,12 +22,12 @@ from .stage_sft import STUDENTS, sft_eval_name
 
 # %% auto #0
 __all__ = ['ENV_LABEL', 'VIEWER_CSS', 'VIEWER_JS', 'BULKY', 'WORKERS', 'FLOW_NOTE', 'Records', 'PRINCIPAL',
-           'OTHER_STUDENT_LABELS', 'STUDENT_LABELS', 'EVAL_TASKS', 'COMPARISONS', 'Outcome', 'outcome_of', 'Card',
-           'esc', 'block', 'segments_html', 'text_of', 'episode_card', 'call_html', 'call_path', 'mas_card',
+           'OTHER_STUDENT_LABELS', 'STUDENT_LABELS', 'EVAL_TASKS', 'SAMPLED', 'COMPARISONS', 'Outcome', 'outcome_of',
+           'Card', 'esc', 'block', 'segments_html', 'text_of', 'episode_card', 'call_html', 'call_path', 'mas_card',
            'flow_card', 'sample_items', 'by_kind_outcome', 'filter_html', 'code_html', 'card_html', 'ViewerConfig',
            'anchor', 'page_md', 'cards_page', 'EpisodeRecords', 'MASRecords', 'FlowRecords', 'System', 'records_label',
-           'find_systems', 'Agreement', 'agreement', 'side_html', 'compare_page', 'write_jsonl', 'overview_md',
-           'episode_nav']
+           'flow_label', 'find_systems', 'Agreement', 'agreement', 'side_html', 'compare_page', 'write_jsonl',
+           'overview_md', 'episode_nav']
 
 # %% ../nbs/14f_viewer.ipynb #00e9c08d
 class Outcome(str, Enum):
@@ -323,13 +323,28 @@ OTHER_STUDENT_LABELS = {"coa_unfiltered": "CoA SFT, unfiltered"}   # the student
 STUDENT_LABELS = {st.name: OTHER_STUDENT_LABELS.get(st.name) or PRINCIPAL[f"{sft_eval_name(st.name)}/records"] for st in STUDENTS}
 EVAL_TASKS = {"test": "test tasks", "game24": "real GameOf24", "heldout": "QA, training worlds", "qa_test": "QA, test worlds"}   # sft_eval_name's tasks
 
+SAMPLED = re.compile(r"(.+)_avg(\d+)")   # an evaluation's sampled twin, `<name>_avg<k>`: k samples per task at the training temperature
+
 def records_label(key: str) -> str:
-    "A readable name for a student's other evaluations (`sft_eval/<student>_<tasks>`, the seeds bench's `seeds/seed<k>/eval/<student>_test`); else the key."
+    "A readable name for a student's evaluations (principal, sampled `<key>_avg<k>`, `sft_eval/<student>_<tasks>`, the seeds bench's `seeds/seed<k>/eval/<student>_test`); else the key."
+    if f"{key}/records" in PRINCIPAL: return PRINCIPAL[f"{key}/records"]
+    sampled = SAMPLED.fullmatch(key)
+    if sampled and (base := records_label(sampled[1])) != sampled[1]: return f"{base}, {sampled[2]} samples per task"
     folder, _, leaf = key.rpartition("/")
     seed = re.fullmatch(r"seeds/seed(\d+)/eval", folder)
     if folder != "sft_eval" and not seed: return key
     named = [(s, t) for s in STUDENT_LABELS for t in EVAL_TASKS if leaf == f"{s}_{t}"]
     return f"{STUDENT_LABELS[named[0][0]]} ({EVAL_TASKS[named[0][1]]}{f', seed {seed[1]}' if seed else ''})" if named else key
+
+def flow_label(name: str) -> str:
+    "A readable name for an AgentFlow evaluation `<planner>[_T<turns>|_seed<k>|_gameof24][_avg<k>]` (`12_flow_grpo`, the Flow-GRPO seeds bench); else the name."
+    sampled = SAMPLED.fullmatch(name)
+    base, extra = (sampled[1], [f"{sampled[2]} samples per task"]) if sampled else (name, [])
+    for planner, label in FLOW_LABELS.items():
+        if m := re.fullmatch(re.escape(planner) + r"(?:_T(\d+)|_seed(\d+)|(_gameof24))?", base):
+            what = [f"turn budget {m[1]}"] * bool(m[1]) + [f"seed {m[2]}"] * bool(m[2]) + ["real GameOf24"] * bool(m[3]) + extra
+            return f"AgentFlow, {label}" + (f" ({', '.join(what)})" if what else "")
+    return f"AgentFlow: {name}"
 
 def find_systems(run_dir: str | Path) -> list[System]:
     "Every evaluated system whose records the run holds: the principal ones first (efficiency's order), then the rest by name."
@@ -340,8 +355,7 @@ def find_systems(run_dir: str | Path) -> list[System]:
     found += [FlowRecords(p.stem) for p in sorted((rd / "agentflow" / "eval").glob("*.json"))]
     order = list(PRINCIPAL)
     found.sort(key=lambda r: (order.index(r.path) if r.path in order else len(order), r.key))
-    flow = lambda r: f"AgentFlow, {FLOW_LABELS[r.name]} planner" if r.name in FLOW_LABELS else f"AgentFlow: {r.name}"
-    label = lambda r: PRINCIPAL.get(r.path) or (flow(r) if isinstance(r, FlowRecords) else records_label(r.key))
+    label = lambda r: PRINCIPAL.get(r.path) or (flow_label(r.name) if isinstance(r, FlowRecords) else records_label(r.key))
     return [System(r, label(r)) for r in found]
 
 # %% ../nbs/14f_viewer.ipynb #8778f2c1
@@ -398,7 +412,8 @@ def write_jsonl(cards: list[Card], path: Path) -> Path:
 
 def overview_md(run_name: str, rows: list[str], compares: list[str], cfg: ViewerConfig) -> str:
     "The overview: what the pages are, a table of the systems with their counts, the side-by-side pages."
-    head = (f"# Episodes\n\nThe test episodes of every system the run `{run_name}` evaluated, read from the records it saved. "
+    head = (f"# Episodes\n\nThe episodes of every evaluation the run `{run_name}` saved, read from its records: the systems' test episodes first, "
+            "then the others under their names (other task sets, samples, seeds, a bench's dev runs such as `rl_tune/*`). "
             f"A page shows at most {cfg.per_page} episodes (a seeded sample across kinds and outcomes); each page links its JSONL "
             "download of every episode. Observations (the environment's text) are framed in grey and labelled as such.\n")
     if not rows: return head + (f"\n**No evaluation records** in the run `{run_name}`: `make reproduce` writes them (the students' `sft_eval/*`"
