@@ -26,8 +26,8 @@ __all__ = ['ENV_LABEL', 'VIEWER_CSS', 'VIEWER_JS', 'BULKY', 'WORKERS', 'FLOW_NOT
            'Card', 'esc', 'block', 'segments_html', 'text_of', 'episode_card', 'call_html', 'call_path', 'mas_card',
            'flow_card', 'sample_items', 'by_kind_outcome', 'filter_html', 'code_html', 'card_html', 'ViewerConfig',
            'anchor', 'page_md', 'cards_page', 'EpisodeRecords', 'MASRecords', 'FlowRecords', 'System', 'records_label',
-           'flow_label', 'find_systems', 'Agreement', 'agreement', 'side_html', 'compare_page', 'write_jsonl',
-           'overview_md', 'episode_nav']
+           'natural_key', 'flow_label', 'find_systems', 'Agreement', 'agreement', 'side_html', 'compare_page',
+           'write_jsonl', 'overview_md', 'episode_nav']
 
 # %% ../nbs/14f_viewer.ipynb #00e9c08d
 class Outcome(str, Enum):
@@ -336,6 +336,10 @@ def records_label(key: str) -> str:
     named = [(s, t) for s in STUDENT_LABELS for t in EVAL_TASKS if leaf == f"{s}_{t}"]
     return f"{STUDENT_LABELS[named[0][0]]} ({EVAL_TASKS[named[0][1]]}{f', seed {seed[1]}' if seed else ''})" if named else key
 
+def natural_key(text: str) -> list:
+    "Sort key that orders the numbers inside names by value: `flow_grpo_T3` before `flow_grpo_T10`."
+    return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", text))]
+
 def flow_label(name: str) -> str:
     "A readable name for an AgentFlow evaluation `<planner>[_T<turns>|_seed<k>|_gameof24][_avg<k>]` (`12_flow_grpo`, the Flow-GRPO seeds bench); else the name."
     sampled = SAMPLED.fullmatch(name)
@@ -354,7 +358,7 @@ def find_systems(run_dir: str | Path) -> list[System]:
     found += [MASRecords()] if (rd / MASRecords().name / "state.json").is_file() else []
     found += [FlowRecords(p.stem) for p in sorted((rd / "agentflow" / "eval").glob("*.json"))]
     order = list(PRINCIPAL)
-    found.sort(key=lambda r: (order.index(r.path) if r.path in order else len(order), r.key))
+    found.sort(key=lambda r: (order.index(r.path) if r.path in order else len(order), natural_key(r.key)))
     label = lambda r: PRINCIPAL.get(r.path) or (flow_label(r.name) if isinstance(r, FlowRecords) else records_label(r.key))
     return [System(r, label(r)) for r in found]
 
