@@ -470,10 +470,10 @@ def adopt_seeds_files(rd: Path, source: Path) -> list[str]:
     found = {file: what for file, what in SEEDS_FILES.items() if (source / file).exists()}
     if not found: return [f"{source}: no seeds file there ({', '.join(SEEDS_FILES)})"]
     for file, what in found.items():
-        own, theirs = rd / file, read_json(source / file)
+        own = rd / file
         if own.exists() and seeds_file_problem(rd, read_json(own), file, what) is None:
             lines.append(f"{file}: the run's own"); continue
-        problem = seeds_file_problem(rd, theirs, file, what)
+        problem = seeds_file_problem(rd, theirs := read_json(source / file), file, what)   # read only when the run's own is not valid
         if problem is not None: lines.append(f"{source / file}: not used ({problem})"); continue
         if own.exists(): own.replace(own.with_suffix(".stale.json"))               # kept beside, not lost
         atomic_write_json(own, theirs)
