@@ -11,7 +11,8 @@ At the end `--final-n-dev` tasks per kind are evaluated greedily and, with `--av
 `--tuning top_layers|lora|full`): the SFT rows are re-rendered in its chat template, its learning rate defaults to
 its kind's (`coa_lib.tuning.default_lr`). `--base-steps N --base-reading 0.5` starts from the stage's base model
 pretrained on quote and reading rows; with `--base-reading-steps M`, N quote steps then M steps with that share of reading
-rows (the curriculum). The learning rate is constant after warm-up (`--schedule`), so the points of a
+rows (the curriculum); `--base-lr` sets the base's learning rate (a bigger model's copy circuit may need a lower one,
+and the rate is in the base's name). The learning rate is constant after warm-up (`--schedule`), so the points of a
 curve are comparable. Ablations: `--obs-weight 0.1` (observation tokens trained at 0.1 instead of masked), `--rows N`
 (epochs over N rows instead of one pass over fresh ones), `--kind-share multihop=0.3 ...` (each kind's share of a phase's
 tokens; every kind of the phase, summing to 1; default: the profile's `kind_shares` over the phase's kinds, `--own-mix`: the
@@ -130,6 +131,7 @@ def rung_config(a):
     return replace(SFTStageConfig.for_profile(a.profile), size=a.size, lr=a.lr, batch_size=a.batch, max_len=a.max_len,
                    base=a.pretrained, tuning=a.tuning, train_layers=a.train_layers, lora_r=a.lora_r, eval_dtype=a.eval_dtype,
                    base_reading=a.base_reading, base_reading_steps=a.base_reading_steps, base_compare=a.base_compare,
+                   **({"base_lr": a.base_lr} if a.base_lr is not None else {}),
                    warmup_steps=a.warmup, lr_schedule=a.schedule, threads=a.threads, save_steps=10**9,
                    logging_steps=10, obs_weight=a.obs_weight, seed=a.seed, lanes=1,
                    bf16=None if a.bf16 == "auto" else a.bf16 == "on", average_from=a.average_from, keep_last_iterate=a.keep_last)
@@ -251,10 +253,11 @@ def ladder_base(rd: Path, cfg, a) -> Path:
     from coa_lib.stage_sft import pretrain_base
     base_seed = a.seed if a.base_seed is None else a.base_seed
     seeded = f"_seed{base_seed}" if base_seed else ""          # seed 0: the names every earlier rung used
-    quote = rd / "ladder" / f"base_quote_{a.size}_{a.base_steps}{seeded}"
+    rate = f"_lr{a.base_lr:g}" if a.base_lr is not None else ""   # the profile's base rate: the names every earlier rung used
+    quote = rd / "ladder" / f"base_quote_{a.size}_{a.base_steps}{rate}{seeded}"
     compare = f"_cmp{a.base_compare:g}" if a.base_compare else ""
     name = (f"{quote.name}_reading{a.base_reading:g}x{a.base_reading_steps}{compare}" if a.base_reading_steps else
-            f"base_reading{a.base_reading:g}{compare}_{a.size}_{a.base_steps}{seeded}" if a.base_reading else quote.name)
+            f"base_reading{a.base_reading:g}{compare}_{a.size}_{a.base_steps}{rate}{seeded}" if a.base_reading else quote.name)
     return pretrain_base(rd, replace(cfg, base_steps=a.base_steps, base_reading_steps=a.base_reading_steps, base_threads=a.threads, seed=base_seed),
                          rd / "ladder" / name, quote_dir=quote)
 
@@ -419,6 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--base-reading", type=float, default=0.0, help="with --base-steps: share of reading rows in the base's pretraining")
     ap.add_argument("--base-reading-steps", type=int, default=0,
                     help="with --base-steps and --base-reading: a curriculum, the quote base then these steps with that share of reading rows")
+    ap.add_argument("--base-lr", type=float, default=None,
+                    help="with --base-steps: the base pretraining's learning rate (default: the profile's base_lr); in the base's name")
     ap.add_argument("--base-compare", type=float, default=0.0,
                     help="with --base-reading: share of the reading rows that are comparison rows (two entities' values, the name asked for)")
     ap.add_argument("--average-from", type=float, default=None,

@@ -81,3 +81,20 @@ def test_tail_averaging_leaves_the_base_key_as_it_was():
     averaged = replace(full, average_from=0.8, keep_last_iterate=True)
     assert config_settings(_base_phase_config(averaged, 2500)) == config_settings(_base_phase_config(full, 2500))
     assert config_settings(averaged) != config_settings(full)                # the students themselves are other models
+
+
+def test_the_base_learning_rate_is_the_profiles_unless_given(monkeypatch):
+    "`--base-lr` reaches the base's config and its name; without it the profile's rate and the names of every earlier rung."
+    import coa_lib.stage_sft
+    import sft_ladder
+    from coa_lib.sft import SFTStageConfig
+    args = ["--label", "r", "--phase", "all:1000", "--size", "small", "--base-steps", "2500"]
+    seen = {}
+    monkeypatch.setattr(coa_lib.stage_sft, "pretrain_base",
+                        lambda rd, cfg, out_dir, quote_dir: seen.update(lr=cfg.base_lr, out=out_dir.name, quote=quote_dir.name))
+    for extra, lr, name in (([], SFTStageConfig.for_profile("full").base_lr, "base_quote_small_2500"),
+                            (["--base-lr", "3e-4"], 3e-4, "base_quote_small_2500_lr0.0003")):
+        a = build_parser().parse_args(args + extra)
+        assert rung_config(a).base_lr == lr
+        sft_ladder.ladder_base(Path("/nonexistent"), rung_config(a), a)
+        assert seen == {"lr": lr, "out": name, "quote": name}
