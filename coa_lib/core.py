@@ -4,7 +4,7 @@
 from __future__ import annotations
 import atexit, codecs, csv, glob, hashlib, io, json, os, random, re, shutil, sys, tempfile
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -240,10 +240,13 @@ def config_json(cfg) -> dict:
     "A dataclass config as it reads back from a JSON done-file (tuples become lists): the form to compare a stored config with."
     return json.loads(json.dumps(asdict(cfg)))
 
+def _keys_itself(value) -> bool: return is_dataclass(value) and any(hasattr(type(value), a) for a in ("unkeyed_fields", "added_fields"))
+
 def config_settings(cfg) -> dict:
-    "A config as its artifacts are keyed: its JSON form without the profile and the class's `unkeyed_fields`, if it names any (they change how fast or where it builds, or only what is evaluated afterwards; not what is built)."
+    "A config as its artifacts are keyed: its JSON form without the profile and the class's `unkeyed_fields`, if it names any (they change how fast or where it builds, or only what is evaluated afterwards; not what is built); a nested config that names either is keyed by its own settings."
     skip, added = ("profile", *getattr(type(cfg), "unkeyed_fields", ())), getattr(type(cfg), "added_fields", {})
-    return {k: v for k, v in config_json(cfg).items() if k not in skip and not (k in added and v == added[k])}
+    nested = {f.name: config_settings(getattr(cfg, f.name)) for f in fields(cfg) if _keys_itself(getattr(cfg, f.name))}
+    return {k: v for k, v in {**config_json(cfg), **nested}.items() if k not in skip and not (k in added and v == added[k])}
 
 def same_settings(stored: dict | None, cfg) -> bool:
     "Whether a config an earlier version recorded (`stored`, JSON) builds what `cfg` builds: every setting `cfg` keys is recorded, and equal (one added since may change what is built)."

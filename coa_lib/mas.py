@@ -15,7 +15,7 @@ from fastcore.basics import patch
 from datasets import Dataset
 from tqdm.auto import tqdm
 
-from .core import Outcome, atomic_write_text, check_profile, config_json, full_reward, stable_hash, temp_dir
+from .core import Outcome, atomic_write_text, check_profile, config_settings, full_reward, stable_hash, temp_dir
 from .format import close_tag, extract_answer, find_tool_call, format_observation, open_tag, tag_content
 from .llm import Backend
 from .rewards import score
@@ -392,11 +392,13 @@ class MistakeKnobs:
 @dataclass(frozen=True)
 class DataStyle:
     "How the scripted teacher writes what students learn from; each option is off by default (the original style)."
+    added_fields = {"restate_question": False}   # at these values, options added later write what was written before them
     span_findings: bool = False     # the search agent reports 'Page, span.' (coa_lib.worlds spans), not the page's sentence
     compare_by_code: bool = False   # the planner ends a comparison with a code step that compares the two findings
     compare_cue: bool = False       # ... whose program prints its answer after its own words ('max born: Ann Bo'): the Result line copies from a cue
     sentence_kinds: tuple[str, ...] = ()   # with span_findings, these kinds' findings stay the page's sentences (e.g. comparison)
     code_cue: bool = False          # a code task's program reads its integer parameters from the question's words (coa_lib.problems.cued_solution)
+    restate_question: bool = False  # the search agent's report opens with its step's question about the page ('which country is Dakrai in? ...')
 
     def __post_init__(self):
         object.__setattr__(self, "sentence_kinds", tuple(self.sentence_kinds))
@@ -407,7 +409,7 @@ class DataStyle:
 class TeacherConfig:
     "Sizes and settings of the teacher stage: who plays the team, its limits, how many tasks in flight."
     unkeyed_fields = ("workers", "shard_size")            # tasks in flight, shard size: how fast, not what, the traces are
-    added_fields = {"style": config_json(DataStyle())}   # at this value a field added later builds what was built before it
+    added_fields = {"style": config_settings(DataStyle())}   # at this value a field added later builds what was built before it
     profile: str = "smoke"
     knobs: MistakeKnobs = field(default_factory=MistakeKnobs)
     limits: MASLimits = field(default_factory=MASLimits)

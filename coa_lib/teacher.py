@@ -245,8 +245,9 @@ def misread_finding(page: str, sentence: str, span: bool = False) -> str:
     "What a careless reader reports from a wrong sentence: the sentence; with `span`, the page and the sentence's predicate, in the shape of a right finding."
     return f"{page}, {_SUBJECT_RE.sub('', sentence).rstrip('.')}." if span else sentence
 
-def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs, span_findings: bool = False) -> str:
-    "The scripted search agent: one turn (a tool call or a report)."
+def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs, span_findings: bool = False,
+                  restate: bool = False) -> str:
+    "The scripted search agent: one turn (a tool call or a report; `restate`: the report opens with the step's question about its page)."
     try: k = int(p.fields.get("Step", "0"))
     except ValueError: k = 0
     path, groups, retry = _gold_steps(task), step_groups(task), "Check carefully" in p.fields.get("Task", "")
@@ -259,6 +260,8 @@ def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: Mistak
     if all(_contains(seen_text, f) for f in facts):
         if span_findings: check_spans(task)
         found = [finding(path[i], span_findings) for i in groups[k - 1]]
+        ask = step_question(path, groups[k - 1], page) if restate else None
+        if ask: found = [ask[0].upper() + ask[1:]] + found              # 'Which country is Dakrai in? Dakrai is a city in Mounia.'
         if rng.random() < _p(knobs, knobs.misread_p, retry):
             others = [s for s in _sentences(seen_text) if not any(_contains(s, f) or _contains(f, s) for f in facts)
                       and re.search(r"\d{3,}|[A-Z][a-z]+ [A-Z]", s)]
@@ -430,10 +433,11 @@ def prompt_rng(seed: int, prompt: str) -> random.Random:
     return random.Random(int(hashlib.sha1(f"{seed}|{prompt}".encode()).hexdigest()[:16], 16))
 
 class ScriptedTeacher:
-    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure in the data `style` (`DataStyle`: `span_findings`, see `finding`; `compare_by_code`, see `plan_steps`; `compare_cue`, see `comparison_code`; `code_cue`, see `code_policy`)."
+    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure in the data `style` (`DataStyle`: `span_findings`, see `finding`; `compare_by_code`, see `plan_steps`; `compare_cue`, see `comparison_code`; `code_cue`, see `code_policy`; `restate_question`, see `search_policy`)."
     def __init__(self, tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, style: DataStyle = DataStyle()):
         self.knobs, self.seed, self.registry = knobs or MistakeKnobs(), seed, task_registry(tasks)
-        search = lambda task, *a: search_policy(task, *a, span_findings=style.span_findings and task["kind"] not in style.sentence_kinds)
+        search = lambda task, *a: search_policy(task, *a, span_findings=style.span_findings and task["kind"] not in style.sentence_kinds,
+                                                restate=style.restate_question)
         self.policies = {**ROLE_POLICIES, Role.SEARCH.value: search,
                          Role.PLANNER.value: functools.partial(planner_policy, compare_by_code=style.compare_by_code),
                          Role.CODE.value: functools.partial(code_policy, compare_cue=style.compare_cue, code_cue=style.code_cue)}
