@@ -39,8 +39,8 @@ def seed_planners(run_dir: Path, profile: str, seeds: list[int]) -> dict[int, Pa
 
 def eval_name(seed: int | None, samples: int = 1) -> str:
     "The evaluation name of seed `seed`'s planner (None: the warm start's), as the stage names its own at seed 0."
-    base = "warm_start" if seed is None else "flow_grpo" if seed == 0 else f"flow_grpo_seed{seed}"
-    return base if samples == 1 else f"{base}_avg{samples}"
+    from coa_lib.evaluate import EvalName
+    return str(EvalName("warm_start", samples=samples) if seed is None else EvalName("flow_grpo", seed=seed or None, samples=samples))
 
 
 def sample_counts(k: int) -> list[int]:

@@ -4,8 +4,8 @@
 
 # %% ../nbs/08c_evaluate.ipynb #df4d51cf
 from __future__ import annotations
-import json, math, time
-from dataclasses import asdict
+import json, math, re, time
+from dataclasses import asdict, dataclass
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -19,10 +19,10 @@ from .prompts import as_tagset
 from .rollout import rollout
 
 # %% auto #0
-__all__ = ['COST_FIELDS', 'wilson_interval', 'pass_at_k', 'is_correct', 'accuracy_of', 'accuracy_by_kind', 'summarize',
-           'summarize_episodes', 'records_dataset', 'evaluate', 'env_mask_segments', 'show_env_mask', 'eval_tasks',
-           'teacher_metrics', 'results_table', 'plot_results', 'sign_test_p', 'paired_difference', 'per_task_correct',
-           'paired_records', 'paired_group_mean']
+__all__ = ['COST_FIELDS', 'BENCHMARK_SUFFIXES', 'wilson_interval', 'pass_at_k', 'is_correct', 'accuracy_of', 'accuracy_by_kind',
+           'summarize', 'summarize_episodes', 'records_dataset', 'evaluate', 'env_mask_segments', 'show_env_mask',
+           'eval_tasks', 'teacher_metrics', 'results_table', 'plot_results', 'sign_test_p', 'paired_difference',
+           'per_task_correct', 'paired_records', 'paired_group_mean', 'EvalName']
 
 # %% ../nbs/08c_evaluate.ipynb #ab089e50
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -260,3 +260,36 @@ def paired_group_mean(a: dict[str, float], b: dict[str, float], group_of: dict[s
     out = _paired_result(len(shared), mean("mean_a"), mean("mean_b"), mean("diff"), se,
                          sum(p["wins"] for _, p in parts), sum(p["losses"] for _, p in parts), z)
     return {**out, "by_group": {g: p["diff"] for g, p in parts}}
+
+# %% ../nbs/08c_evaluate.ipynb #b93a3a2b
+BENCHMARK_SUFFIXES = ("gameof24",)   # task sets other than a split's, as an evaluation name ends (`flow_grpo_gameof24`)
+_EVAL_NAME = re.compile(r"(?P<base>.+?)(?:_T(?P<turns>\d+)|_seed(?P<seed>\d+)|_(?P<benchmark>" + "|".join(BENCHMARK_SUFFIXES) + r"))?"
+                        r"(?:_avg(?P<samples>\d+))?")
+
+@dataclass(frozen=True)
+class EvalName:
+    "The name an evaluation is kept under: a system's `base` name and how it was evaluated; `str()` writes it, `EvalName.parse` reads it."
+    base: str
+    turns: int | None = None        # a turn budget other than the stage's: `<base>_T<turns>`
+    seed: int | None = None         # a training seed other than the stage's: `<base>_seed<seed>`
+    benchmark: str | None = None    # a task set of BENCHMARK_SUFFIXES: `<base>_<benchmark>`
+    samples: int = 1                # episodes per task; more than one (avg@k): `..._avg<samples>`
+
+    def __post_init__(self):
+        if sum(x is not None for x in (self.turns, self.seed, self.benchmark)) > 1:
+            raise ValueError(f"an evaluation name holds one of a turn budget, a seed or a benchmark, not several: {self!r}")
+        if self.benchmark is not None and self.benchmark not in BENCHMARK_SUFFIXES:
+            raise ValueError(f"unknown benchmark {self.benchmark!r} (known: {', '.join(BENCHMARK_SUFFIXES)})")
+        if self.samples < 1: raise ValueError(f"samples per task must be >= 1, got {self.samples}")
+
+    def __str__(self) -> str:
+        variant = (f"_T{self.turns}" if self.turns is not None else f"_seed{self.seed}" if self.seed is not None
+                   else f"_{self.benchmark}" if self.benchmark else "")
+        return self.base + variant + (f"_avg{self.samples}" if self.samples > 1 else "")
+
+    @classmethod
+    def parse(cls, name: str) -> EvalName:
+        "The parts of a name `str(EvalName(...))` wrote; a name without these suffixes is its own base."
+        m = _EVAL_NAME.fullmatch(name)
+        num = lambda g: int(m[g]) if m[g] else None
+        return cls(m["base"], num("turns"), num("seed"), m["benchmark"], num("samples") or 1)

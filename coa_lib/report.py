@@ -206,10 +206,10 @@ def _paired_planners(c: dict, a: str, b: str) -> str:
 
 def _sampled_planners(rd: Path, a: str, b: str) -> str:
     "The avg@k pairing of planners `a` − `b` beside the greedy one (runs before avg@k: nothing)."
-    avg = read_json(rd / "flow_grpo_results.json").get("avg_at_k")
-    if not avg: return ""
+    from coa_lib.evaluate import EvalName
+    if not (avg := read_json(rd / "flow_grpo_results.json").get("avg_at_k")): return ""
     k = avg["k"]
-    return f"; avg@{k} at T {avg['temperature']:g}: {_paired(planner_comparison(rd, f'{a}_avg{k}', f'{b}_avg{k}'))}"
+    return f"; avg@{k} at T {avg['temperature']:g}: {_paired(planner_comparison(rd, *(str(EvalName(p, samples=k)) for p in (a, b))))}"
 
 # %% ../nbs/14c_report.ipynb #215d5b17
 def af_flow_grpo_claim(rd: Path) -> Claim:

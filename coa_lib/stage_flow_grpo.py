@@ -12,6 +12,7 @@ from .agentflow import CATEGORIES, TOOL_LABELS, AgentFlowConfig, FlowLimits, pla
 from .benchmarks import game24_real
 from .core import (accuracy_text, adopt_earlier_record, atomic_dir, atomic_write_json, atomic_write_text, built_record, config_json,
                           config_settings, found_built, mark_built, model_fingerprint, pct, read_json, stable_hash)
+from .evaluate import EvalName
 from .flow_grpo import FlowGRPOConfig, default_modules, train_flow_grpo
 from .run import as_run
 from .sft import train_sft
@@ -167,11 +168,11 @@ def flow_grpo_ablations(run_dir, acfg: AgentFlowConfig, gcfg: FlowGRPOConfig) ->
              "offline_sft": offline_sft_planner(run, acfg, gcfg)}
     planners = {n: flow_eval(run, n, p, test, acfg) for n, p in paths.items()}
     k = gcfg.test_samples                                              # avg@k at the training temperature, as AgentFlow averages runs
-    sampled = {n: flow_eval(run, f"{n}_avg{k}", p, test, acfg, temperature=gcfg.temperature, samples=k) for n, p in paths.items()} if k else {}
-    budgets = {str(t): planners["flow_grpo"] if t == acfg.max_turns else flow_eval(run, f"flow_grpo_T{t}", paths["flow_grpo"], test, acfg, t)
+    sampled = {n: flow_eval(run, str(EvalName(n, samples=k)), p, test, acfg, temperature=gcfg.temperature, samples=k) for n, p in paths.items()} if k else {}
+    budgets = {str(t): planners["flow_grpo"] if t == acfg.max_turns else flow_eval(run, str(EvalName("flow_grpo", turns=t)), paths["flow_grpo"], test, acfg, t)
                for t in gcfg.budgets}
     g24 = game24_real(gcfg.n_game24_real)
-    game24 = {n: flow_eval(run, f"{n}_gameof24", paths[n], g24, acfg) for n in ("warm_start", "flow_grpo")}
+    game24 = {n: flow_eval(run, str(EvalName(n, benchmark="gameof24")), paths[n], g24, acfg) for n in ("warm_start", "flow_grpo")}
     fig = run.dir / "figures"
     plot_planner_comparison(planners, fig / "flow_grpo_planners.png")
     plot_turn_budget({int(t): m for t, m in budgets.items()}, fig / "flow_grpo_turn_budget.png")

@@ -13,7 +13,7 @@ from datasets import Dataset
 
 from .core import (TASK_KINDS, accuracy_text, atomic_write_json, atomic_write_text, built_record, done_marker, found_built, launched_processes,
                           mark_built, model_fingerprint, pct, read_json, stable_hash)
-from .evaluate import eval_tasks, paired_records
+from .evaluate import EvalName, eval_tasks, paired_records
 from .format import COA
 from .llm import load_policy
 from .prompts import agent_prompt
@@ -184,7 +184,7 @@ def run_rl_stage(run: Run | str | os.PathLike | None, cfg: RLConfig) -> dict:
     paired = lambda names: paired_records(eval_records(rd, names["coa_rl"]), eval_records(rd, names["coa_sft"]))
     avg = None
     if cfg.test_samples:                                                            # avg@k at the training temperature, as AFM reports
-        names = {k: f"{RL_EVAL_NAMES[k]}_avg{cfg.test_samples}" for k in models}
+        names = {k: str(EvalName(RL_EVAL_NAMES[k], samples=cfg.test_samples)) for k in models}
         sampled = evaluate_students([(models[k], coa, test_set, names[k]) for k in models], run, sft_cfg, cfg.test_samples, cfg.temperature)
         avg = {"k": cfg.test_samples, "temperature": cfg.temperature, "metrics": {k: sampled[names[k]] for k in models}, "paired": paired(names)}
     sel = rl_selection(run, cfg)

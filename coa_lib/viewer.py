@@ -6,7 +6,7 @@
 from __future__ import annotations
 import html, json, random, re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Callable, Sequence
@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 from .benchmarks import game24_real
 from .core import SPLITS, read_json
 from .efficiency import SYSTEMS
+from .evaluate import BENCHMARK_SUFFIXES, EvalName
 from .stage_agentflow import LABELS as FLOW_LABELS
 from .format import OBSERVATION, TOOL_TAGS, parse_coa
 from .mas import Role
@@ -22,12 +23,12 @@ from .stage_sft import STUDENTS, sft_eval_name
 
 # %% auto #0
 __all__ = ['ENV_LABEL', 'VIEWER_CSS', 'VIEWER_JS', 'BULKY', 'WORKERS', 'FLOW_NOTE', 'Records', 'PRINCIPAL',
-           'OTHER_STUDENT_LABELS', 'STUDENT_LABELS', 'EVAL_TASKS', 'SAMPLED', 'COMPARISONS', 'Outcome', 'outcome_of',
-           'Card', 'esc', 'block', 'segments_html', 'text_of', 'episode_card', 'call_html', 'call_path', 'mas_card',
-           'flow_card', 'sample_items', 'by_kind_outcome', 'filter_html', 'code_html', 'card_html', 'ViewerConfig',
-           'anchor', 'page_md', 'cards_page', 'EpisodeRecords', 'MASRecords', 'FlowRecords', 'System', 'records_label',
-           'natural_key', 'flow_label', 'find_systems', 'Agreement', 'agreement', 'side_html', 'compare_page',
-           'write_jsonl', 'overview_md', 'episode_nav']
+           'OTHER_STUDENT_LABELS', 'STUDENT_LABELS', 'EVAL_TASKS', 'BENCHMARK_LABELS', 'COMPARISONS', 'Outcome',
+           'outcome_of', 'Card', 'esc', 'block', 'segments_html', 'text_of', 'episode_card', 'call_html', 'call_path',
+           'mas_card', 'flow_card', 'sample_items', 'by_kind_outcome', 'filter_html', 'code_html', 'card_html',
+           'ViewerConfig', 'anchor', 'page_md', 'cards_page', 'EpisodeRecords', 'MASRecords', 'FlowRecords', 'System',
+           'records_label', 'natural_key', 'flow_label', 'find_systems', 'Agreement', 'agreement', 'side_html',
+           'compare_page', 'write_jsonl', 'overview_md', 'episode_nav']
 
 # %% ../nbs/14f_viewer.ipynb #00e9c08d
 class Outcome(str, Enum):
@@ -323,13 +324,14 @@ OTHER_STUDENT_LABELS = {"coa_unfiltered": "CoA SFT, unfiltered"}   # the student
 STUDENT_LABELS = {st.name: OTHER_STUDENT_LABELS.get(st.name) or PRINCIPAL[f"{sft_eval_name(st.name)}/records"] for st in STUDENTS}
 EVAL_TASKS = {"test": "test tasks", "game24": "real GameOf24", "heldout": "QA, training worlds", "qa_test": "QA, test worlds"}   # sft_eval_name's tasks
 
-SAMPLED = re.compile(r"(.+)_avg(\d+)")   # an evaluation's sampled twin, `<name>_avg<k>`: k samples per task at the training temperature
+BENCHMARK_LABELS = {"gameof24": "real GameOf24"}   # evaluation names' task sets (`coa_lib.evaluate.BENCHMARK_SUFFIXES`)
 
 def records_label(key: str) -> str:
     "A readable name for a student's evaluations (principal, sampled `<key>_avg<k>`, `sft_eval/<student>_<tasks>`, the seeds bench's `seeds/seed<k>/eval/<student>_test`); else the key."
     if f"{key}/records" in PRINCIPAL: return PRINCIPAL[f"{key}/records"]
-    sampled = SAMPLED.fullmatch(key)
-    if sampled and (base := records_label(sampled[1])) != sampled[1]: return f"{base}, {sampled[2]} samples per task"
+    name = EvalName.parse(key)
+    greedy = str(replace(name, samples=1))
+    if name.samples > 1 and (base := records_label(greedy)) != greedy: return f"{base}, {name.samples} samples per task"
     folder, _, leaf = key.rpartition("/")
     seed = re.fullmatch(r"seeds/seed(\d+)/eval", folder)
     if folder != "sft_eval" and not seed: return key
@@ -341,14 +343,12 @@ def natural_key(text: str) -> list:
     return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", text))]
 
 def flow_label(name: str) -> str:
-    "A readable name for an AgentFlow evaluation `<planner>[_T<turns>|_seed<k>|_gameof24][_avg<k>]` (`12_flow_grpo`, the Flow-GRPO seeds bench); else the name."
-    sampled = SAMPLED.fullmatch(name)
-    base, extra = (sampled[1], [f"{sampled[2]} samples per task"]) if sampled else (name, [])
-    for planner, label in FLOW_LABELS.items():
-        if m := re.fullmatch(re.escape(planner) + r"(?:_T(\d+)|_seed(\d+)|(_gameof24))?", base):
-            what = [f"turn budget {m[1]}"] * bool(m[1]) + [f"seed {m[2]}"] * bool(m[2]) + ["real GameOf24"] * bool(m[3]) + extra
-            return f"AgentFlow, {label}" + (f" ({', '.join(what)})" if what else "")
-    return f"AgentFlow: {name}"
+    "A readable name for an AgentFlow evaluation (`coa_lib.evaluate.EvalName` of a planner: `12_flow_grpo`, the Flow-GRPO seeds bench); else the name."
+    n = EvalName.parse(name)
+    if n.base not in FLOW_LABELS: return f"AgentFlow: {name}"
+    what = ([f"turn budget {n.turns}"] if n.turns is not None else []) + ([f"seed {n.seed}"] if n.seed is not None else []) \
+           + ([BENCHMARK_LABELS[n.benchmark]] if n.benchmark else []) + ([f"{n.samples} samples per task"] if n.samples > 1 else [])
+    return f"AgentFlow, {FLOW_LABELS[n.base]}" + (f" ({', '.join(what)})" if what else "")
 
 def find_systems(run_dir: str | Path) -> list[System]:
     "Every evaluated system whose records the run holds: the principal ones first (efficiency's order), then the rest by name."
