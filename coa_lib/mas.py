@@ -392,17 +392,19 @@ class MistakeKnobs:
 @dataclass(frozen=True)
 class DataStyle:
     "How the scripted teacher writes what students learn from; each option is off by default (the original style)."
-    added_fields = {"restate_question": False}   # at these values, options added later write what was written before them
+    added_fields = {"restate_question": False, "restate_plan_line": False}   # at these values, options added later write what was written before them
     span_findings: bool = False     # the search agent reports 'Page, span.' (coa_lib.worlds spans), not the page's sentence
     compare_by_code: bool = False   # the planner ends a comparison with a code step that compares the two findings
     compare_cue: bool = False       # ... whose program prints its answer after its own words ('max born: Ann Bo'): the Result line copies from a cue
     sentence_kinds: tuple[str, ...] = ()   # with span_findings, these kinds' findings stay the page's sentences (e.g. comparison)
     code_cue: bool = False          # a code task's program reads its integer parameters from the question's words (coa_lib.problems.cued_solution)
     restate_question: bool = False  # the search agent's report opens with its step's question about the page ('which country is Dakrai in? ...')
+    restate_plan_line: bool = False # ... or with its step's line of the plan, as the plan wrote it ('2. Look up the entity found in step 1: ...')
 
     def __post_init__(self):
         object.__setattr__(self, "sentence_kinds", tuple(self.sentence_kinds))
         if self.compare_cue and not self.compare_by_code: raise ValueError("compare_cue cues the comparison program's output: it needs compare_by_code")
+        if self.restate_question and self.restate_plan_line: raise ValueError("a finding opens with the step's question or its plan line, not both")
         if self.sentence_kinds and not self.span_findings: raise ValueError("sentence_kinds keeps some kinds out of span findings: it needs span_findings")
 
 @dataclass

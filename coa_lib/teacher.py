@@ -246,8 +246,8 @@ def misread_finding(page: str, sentence: str, span: bool = False) -> str:
     return f"{page}, {_SUBJECT_RE.sub('', sentence).rstrip('.')}." if span else sentence
 
 def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs, span_findings: bool = False,
-                  restate: bool = False) -> str:
-    "The scripted search agent: one turn (a tool call or a report; `restate`: the report opens with the step's question about its page)."
+                  restate: bool = False, plan_line: bool = False) -> str:
+    "The scripted search agent: one turn (a tool call or a report; `restate`: the report opens with the step's question about its page; `plan_line`: with the step's line of the plan)."
     try: k = int(p.fields.get("Step", "0"))
     except ValueError: k = 0
     path, groups, retry = _gold_steps(task), step_groups(task), "Check carefully" in p.fields.get("Task", "")
@@ -262,6 +262,7 @@ def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: Mistak
         found = [finding(path[i], span_findings) for i in groups[k - 1]]
         ask = step_question(path, groups[k - 1], page) if restate else None
         if ask: found = [ask[0].upper() + ask[1:]] + found              # 'Which country is Dakrai in? Dakrai is a city in Mounia.'
+        if plan_line: found = [f"{k}. {p.fields.get('Task', '').replace(' Check carefully.', '').strip()}"] + found   # '2. Look up the entity found in step 1: ...'
         if rng.random() < _p(knobs, knobs.misread_p, retry):
             others = [s for s in _sentences(seen_text) if not any(_contains(s, f) or _contains(f, s) for f in facts)
                       and re.search(r"\d{3,}|[A-Z][a-z]+ [A-Z]", s)]
@@ -437,7 +438,7 @@ class ScriptedTeacher:
     def __init__(self, tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, style: DataStyle = DataStyle()):
         self.knobs, self.seed, self.registry = knobs or MistakeKnobs(), seed, task_registry(tasks)
         search = lambda task, *a: search_policy(task, *a, span_findings=style.span_findings and task["kind"] not in style.sentence_kinds,
-                                                restate=style.restate_question)
+                                                restate=style.restate_question, plan_line=style.restate_plan_line)
         self.policies = {**ROLE_POLICIES, Role.SEARCH.value: search,
                          Role.PLANNER.value: functools.partial(planner_policy, compare_by_code=style.compare_by_code),
                          Role.CODE.value: functools.partial(code_policy, compare_cue=style.compare_cue, code_cue=style.code_cue)}
