@@ -1,0 +1,65 @@
+"""Restated findings of a ladder rung's multihop episodes (dev only): does a finding open with the hop's own words, and
+does it then state the hop's fact?
+
+A rung trained in a restating data style (`DataStyle.restate_question`: 'Which country is Dakrai in? Dakrai is a city
+in Mounia.'; `DataStyle.restate_plan_line`: '2. Look up the entity found in step 1: which country is it in? Dakrai is
+...') writes, in each `<think>` after a search, first what it is looking for, then the sentence it picked. This script
+tells the two choices apart, hop by hop along the gold path: the opening is right when it is what the teacher writes
+for that hop (the hop's question about its page, or the teacher plan's line of that step), the finding is right when it
+holds the hop's fact. An episode's hops are counted until the first hop where both are wrong (after it the episode
+reads another entity's pages).
+
+    python bench/restated_findings.py --run-dir runs/ladder_restate --rung mix_nano_restate_5M --style question --out restated_question
+
+Writes bench/results/<out>.json with the counts per hop and overall.
+"""
+from __future__ import annotations
+import re, time
+from collections import Counter
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parent / "results"
+_FINDING = re.compile(r"</observation>\s*<think>(.*?)</think>", re.S)
+
+
+def opening(style: str, task: dict, k: int) -> str:
+    "What the teacher's finding of hop `k` (0-based) of a multihop `task` (with `_meta`) opens with in `style`."
+    from coa_lib.teacher import hop_question, plan_steps
+    hop = task["_meta"]["path"][k]
+    if style == "question":
+        ask = hop_question(hop["type"], hop["relation"], hop["page"])
+        return ask[0].upper() + ask[1:]
+    return f"{k + 1}. {plan_steps(task)[k][1]}"
+
+
+def main():
+    from coa_lib.core import atomic_write_json, task_meta
+    from sft_ladder import episode_args, rung_episodes
+    ap = episode_args(__doc__, "multihop")
+    ap.add_argument("--style", required=True, choices=("question", "plan_line"), help="the rung's restating data style")
+    a = ap.parse_args()
+    t0 = time.perf_counter()
+    rd, model, tasks, metrics, records = rung_episodes(a, "multihop")
+    counts = Counter()
+    for r in records:
+        task = {**tasks[r["task_id"]], "_meta": task_meta(tasks[r["task_id"]])}
+        for k, (hop, think) in enumerate(zip(task["_meta"]["path"], (t.strip() for t in _FINDING.findall(r["trajectory"])))):
+            opened, stated = think.startswith(opening(a.style, task, k)), hop["fact"] in think
+            counts[(k + 1, opened, stated)] += 1
+            if not (opened or stated): break
+    rows = [{"hop": h, "opening_right": o, "fact_right": s, "findings": n} for (h, o, s), n in sorted(counts.items())]
+    total = lambda o=None, s=None: sum(n for (h, oo, ss), n in counts.items() if (o is None or oo == o) and (s is None or ss == s))
+    res = {"run_dir": str(rd), "rung": a.rung, "style": a.style, "model": str(model), "accuracy": metrics["accuracy"], "n": len(records),
+           "findings": total(), "opening_right": total(o=True), "fact_right_when_opening_right": total(o=True, s=True),
+           "fact_right_when_opening_wrong": total(o=False, s=True), "opening_wrong": total(o=False), "by_hop": rows,
+           "wall_s": time.perf_counter() - t0}
+    atomic_write_json(OUT / f"{a.out}.json", res)
+    print(f"{a.rung}: {metrics['accuracy']:.3f} on {len(records)} multihop dev tasks; openings right {res['opening_right']} of "
+          f"{res['findings']} findings; fact right {res['fact_right_when_opening_right']} of those, "
+          f"{res['fact_right_when_opening_wrong']} of the {res['opening_wrong']} others")
+    for row in rows: print(f"  hop {row['hop']}: opening {'right' if row['opening_right'] else 'wrong'}, fact "
+                           f"{'right' if row['fact_right'] else 'wrong'}: {row['findings']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"bench/restated_findings.py: the opening it expects of each hop is what the scripted teacher writes in that data style."
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from restated_findings import _FINDING, opening
+
+
+@pytest.mark.parametrize("style", ["question", "plan_line"])
+def test_openings_are_the_teachers(style):
+    from coa_lib.core import task_meta
+    from coa_lib.distill import trace_to_coa
+    from coa_lib.mas import DataStyle, MistakeKnobs, run_teacher
+    from coa_lib.tasks import make_task_suite
+    from coa_lib.teacher import scripted_backend
+    tasks = [{**t, "_meta": task_meta(t)} for t in make_task_suite(("multihop",), 6, "dev", seed=3, worlds_per_split=2)]
+    data_style = DataStyle(restate_question=style == "question", restate_plan_line=style == "plan_line")
+    traces = list(run_teacher(tasks, scripted_backend(tasks, MistakeKnobs.perfect(), style=data_style), workers=1))
+    hops = 0
+    for task, trace in zip(tasks, traces):
+        thinks = [t.strip() for t in _FINDING.findall(trace_to_coa(trace))]
+        assert len(thinks) == len(task["_meta"]["path"])
+        for k, think in enumerate(thinks):
+            assert think.startswith(opening(style, task, k)) and task["_meta"]["path"][k]["fact"] in think
+            hops += 1
+    assert hops > len(tasks)                                   # some tasks have more than one hop
+    plain = list(run_teacher(tasks, scripted_backend(tasks, MistakeKnobs.perfect()), workers=1))
+    assert not any(t.strip().startswith(opening(style, tasks[0], 0)) for t in _FINDING.findall(trace_to_coa(plain[0])))   # the default style has none
