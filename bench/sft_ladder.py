@@ -387,6 +387,13 @@ def plot(paths: list[Path], out: Path, named: tuple[str, ...] = RECIPE_RUNGS) ->
     print(f"wrote {out}")
 
 
+def positive(text: str) -> float:
+    "An argument that must be a number above zero (a learning rate)."
+    value = float(text)
+    if not value > 0: raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     "The ladder's arguments."
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -422,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--base-reading", type=float, default=0.0, help="with --base-steps: share of reading rows in the base's pretraining")
     ap.add_argument("--base-reading-steps", type=int, default=0,
                     help="with --base-steps and --base-reading: a curriculum, the quote base then these steps with that share of reading rows")
-    ap.add_argument("--base-lr", type=float, default=None,
+    ap.add_argument("--base-lr", type=positive, default=None,
                     help="with --base-steps: the base pretraining's learning rate (default: the profile's base_lr); in the base's name")
     ap.add_argument("--base-compare", type=float, default=0.0,
                     help="with --base-reading: share of the reading rows that are comparison rows (two entities' values, the name asked for)")

@@ -101,3 +101,8 @@ def test_the_base_learning_rate_is_the_profiles_unless_given(monkeypatch):
         assert rung_config(a).base_lr == lr
         sft_ladder.ladder_base(Path("/nonexistent"), rung_config(a), a)
         assert seen == {"lr": lr, "out": name, "quote": name}
+
+
+def test_a_base_learning_rate_below_zero_is_refused():
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--base-lr", "-1"])
