@@ -7,7 +7,9 @@ in Mounia.'; `DataStyle.restate_plan_line`: '2. Look up the entity found in step
 tells the two choices apart, hop by hop along the gold path: the opening is right when it is what the teacher writes
 for that hop (the hop's question about its page, or the teacher plan's line of that step), the finding is right when it
 holds the hop's fact. An episode's hops are counted until the first hop where both are wrong (after it the episode
-reads another entity's pages).
+reads another entity's pages). Each failed episode is also put down to one cause: its plan has fewer (or more) steps
+than the question's hops, it stopped before its plan's last step, a finding misread, or it read every hop and still
+answered wrong.
 
     python bench/restated_findings.py --run-dir runs/ladder_restate --rung mix_nano_restate_5M --style question --out restated_question
 
@@ -32,6 +34,18 @@ def opening(style: str, task: dict, k: int) -> str:
     return f"{k + 1}. {plan_steps(task)[k][1]}"
 
 
+def failure(trajectory: str, hops: int, facts: list[str]) -> str:
+    "Why a failed multihop episode failed, by its plan's step count against the hops and the searches it made."
+    plan = re.search(r"<plan>(.*?)</plan>", trajectory, re.S)
+    steps = len(re.findall(r"(?:^|\s)\d+\. ", plan.group(1))) if plan else 0
+    findings = _FINDING.findall(trajectory)
+    if steps < hops: return "plan has fewer steps than hops"
+    if steps > hops: return "plan has more steps than hops"
+    if len(findings) < steps: return "stopped before the plan's last step"
+    if not all(any(f in t for t in findings) for f in facts): return "a finding misread"
+    return "read every hop, answered wrong (ran on past the plan)" if len(findings) > steps else "read every hop, answered wrong"
+
+
 def main():
     from coa_lib.core import atomic_write_json, task_meta
     from sft_ladder import episode_args, rung_episodes
@@ -40,9 +54,10 @@ def main():
     a = ap.parse_args()
     t0 = time.perf_counter()
     rd, model, tasks, metrics, records = rung_episodes(a, "multihop")
-    counts = Counter()
+    counts, failures = Counter(), Counter()
     for r in records:
         task = {**tasks[r["task_id"]], "_meta": task_meta(tasks[r["task_id"]])}
+        if not r["correct"]: failures[failure(r["trajectory"], task["_meta"]["hops"], [h["fact"] for h in task["_meta"]["path"]])] += 1
         for k, (hop, think) in enumerate(zip(task["_meta"]["path"], (t.strip() for t in _FINDING.findall(r["trajectory"])))):
             opened, stated = think.startswith(opening(a.style, task, k)), hop["fact"] in think
             counts[(k + 1, opened, stated)] += 1
@@ -51,12 +66,13 @@ def main():
     total = lambda o=None, s=None: sum(n for (h, oo, ss), n in counts.items() if (o is None or oo == o) and (s is None or ss == s))
     res = {"run_dir": str(rd), "rung": a.rung, "style": a.style, "model": str(model), "accuracy": metrics["accuracy"], "n": len(records),
            "findings": total(), "opening_right": total(o=True), "fact_right_when_opening_right": total(o=True, s=True),
-           "fact_right_when_opening_wrong": total(o=False, s=True), "opening_wrong": total(o=False), "by_hop": rows,
+           "fact_right_when_opening_wrong": total(o=False, s=True), "opening_wrong": total(o=False), "by_hop": rows, "failures": dict(failures.most_common()),
            "wall_s": time.perf_counter() - t0}
     atomic_write_json(OUT / f"{a.out}.json", res)
     print(f"{a.rung}: {metrics['accuracy']:.3f} on {len(records)} multihop dev tasks; openings right {res['opening_right']} of "
           f"{res['findings']} findings; fact right {res['fact_right_when_opening_right']} of those, "
           f"{res['fact_right_when_opening_wrong']} of the {res['opening_wrong']} others")
+    print(f"  failed episodes: {dict(failures.most_common())}")
     for row in rows: print(f"  hop {row['hop']}: opening {'right' if row['opening_right'] else 'wrong'}, fact "
                            f"{'right' if row['fact_right'] else 'wrong'}: {row['findings']}")
 

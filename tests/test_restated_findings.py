@@ -29,3 +29,15 @@ def test_openings_are_the_teachers(style):
     assert hops > len(tasks)                                   # some tasks have more than one hop
     plain = list(run_teacher(tasks, scripted_backend(tasks, MistakeKnobs.perfect()), workers=1))
     assert not any(t.strip().startswith(opening(style, tasks[0], 0)) for t in _FINDING.findall(trace_to_coa(plain[0])))   # the default style has none
+
+
+def test_a_failed_episode_is_put_down_to_one_cause():
+    from restated_findings import failure
+    facts = ["Ann is married to Bo.", "Bo was born in Kuru."]
+    found = lambda text: f"<web_search> x</web_search>\n<observation>\n1. x: ...\n</observation>\n<think> {text}</think>\n"
+    two = "<plan> 1. Look up Ann: who is Ann married to? 2. Look up the entity found in step 1: where was it born?</plan>\n"
+    assert failure("<plan> 1. Look up Ann: who is Ann married to?</plan>\n" + found(facts[0]), 2, facts) == "plan has fewer steps than hops"
+    assert failure(two + found(facts[0]), 2, facts) == "stopped before the plan's last step"
+    assert failure(two + found(facts[0]) + found("Bo is a painter."), 2, facts) == "a finding misread"
+    assert failure(two + found(facts[0]) + found(facts[1]), 2, facts) == "read every hop, answered wrong"
+    assert failure(two + found(facts[0]) + found(facts[1]) + found("Kuru is a city."), 2, facts).endswith("(ran on past the plan)")
