@@ -20,8 +20,9 @@ import re, time
 from collections import Counter
 from pathlib import Path
 
+from multihop_failures import _FINDING   # a finding: the <think> right after an observation
+
 OUT = Path(__file__).resolve().parent / "results"
-_FINDING = re.compile(r"</observation>\s*<think>(.*?)</think>", re.S)
 
 
 def opening(style: str, task: dict, k: int) -> str:

@@ -17,11 +17,11 @@ from .rewards import check_24, score
 from .tokenizer import IM_END, IM_START
 
 # %% auto #0
-__all__ = ['HOP_QUESTIONS', 'COUNTRY_FOUNDED', 'COMPARED_NAMES', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'ParsedPrompt', 'read_prompt',
-           'step_groups', 'unseen_numbers', 'hop_question', 'step_question', 'plan_steps', 'comparison_values',
-           'comparison_code', 'planner_policy', 'finding', 'check_spans', 'misread_finding', 'search_policy',
-           'example_test', 'code_policy', 'critic_policy', 'verifier_policy', 'answerer_policy', 'task_registry',
-           'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
+__all__ = ['HOP_QUESTIONS', 'COUNTRY_FOUNDED', 'COMPARED_NAMES', 'RETRY_NOTE', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'ParsedPrompt',
+           'read_prompt', 'step_groups', 'unseen_numbers', 'hop_question', 'step_question', 'plan_steps',
+           'comparison_values', 'comparison_code', 'planner_policy', 'finding', 'check_spans', 'misread_finding',
+           'search_policy', 'example_test', 'code_policy', 'critic_policy', 'verifier_policy', 'answerer_policy',
+           'task_registry', 'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
 
 # %% ../nbs/05a_scripted_teacher.ipynb #8a1f0e65
 _MSG_RE = re.compile(re.escape(IM_START) + r"(\w+)\n(.*?)" + re.escape(IM_END), re.S)
@@ -209,6 +209,8 @@ def _suggest(task: dict, findings: dict[int, str]) -> str:
     return gold if _contains(last, gold) else _answer_like(last, " ".join(findings.get(k, "") for k in range(1, n)))
 
 # %% ../nbs/05a_scripted_teacher.ipynb #149fd62b
+RETRY_NOTE = "Check carefully."   # what a re-plan adds to each step to redo; the agents that read it take more care
+
 def planner_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs, compare_by_code: bool = False) -> str:
     "The scripted planner: plan, re-plan from feedback, or suggest an answer."
     mode = p.fields.get("Mode", "plan")
@@ -218,7 +220,7 @@ def planner_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: Mista
         return f"<think>Reading the findings to settle the answer.</think>\n<suggested_answer>{ans}</suggested_answer>"
     if mode == "replan":
         redo = _feedback_steps(p.fields.get("Feedback", ""), steps)
-        lines = "\n".join(f"{k}. [{steps[k - 1][0]}] {steps[k - 1][1]} Check carefully." for k in redo)
+        lines = "\n".join(f"{k}. [{steps[k - 1][0]}] {steps[k - 1][1]} {RETRY_NOTE}" for k in redo)
         which = f"step {redo[0]}" if len(redo) == 1 else "steps " + ", ".join(map(str, redo))
         return f"<think>Following the feedback I redo {which}.</think>\n<plan>\n{lines}\n</plan>"
     lines = "\n".join(f"{k}. [{a}] {t}" for k, (a, t) in enumerate(steps, 1))
@@ -250,7 +252,7 @@ def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: Mistak
     "The scripted search agent: one turn (a tool call or a report; `restate`: the report opens with the step's question about its page; `plan_line`: with the step's line of the plan)."
     try: k = int(p.fields.get("Step", "0"))
     except ValueError: k = 0
-    path, groups, retry = _gold_steps(task), step_groups(task), "Check carefully" in p.fields.get("Task", "")
+    path, groups, retry = _gold_steps(task), step_groups(task), RETRY_NOTE in p.fields.get("Task", "")
     if not 1 <= k <= len(groups):
         return "<think>There is nothing for me to look up in this step.</think>\n<report>Not found: no such lookup step.</report>"
     obs = _observations(p.history)
@@ -262,7 +264,7 @@ def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: Mistak
         found = [finding(path[i], span_findings) for i in groups[k - 1]]
         ask = step_question(path, groups[k - 1], page) if restate else None
         if ask: found = [ask[0].upper() + ask[1:]] + found              # 'Which country is Dakrai in? Dakrai is a city in Mounia.'
-        if plan_line: found = [f"{k}. {p.fields.get('Task', '').replace(' Check carefully.', '').strip()}"] + found   # '2. Look up the entity found in step 1: ...'
+        if plan_line: found = [f"{k}. {p.fields.get('Task', '').replace(RETRY_NOTE, '').strip()}"] + found   # '2. Look up the entity found in step 1: ...'
         if rng.random() < _p(knobs, knobs.misread_p, retry):
             others = [s for s in _sentences(seen_text) if not any(_contains(s, f) or _contains(f, s) for f in facts)
                       and re.search(r"\d{3,}|[A-Z][a-z]+ [A-Z]", s)]
@@ -321,7 +323,7 @@ def _error_tail(out: str, n: int = 200) -> str:
 
 def code_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs, compare_cue: bool = False, code_cue: bool = False) -> str:
     "The scripted code agent: one turn (a code call or a report; `compare_cue`: see `comparison_code`; `code_cue`: a code task's program is `cued_reference`)."
-    kind, obs, retry = task["kind"], _observations(p.history), "Check carefully" in p.fields.get("Task", "")
+    kind, obs, retry = task["kind"], _observations(p.history), RETRY_NOTE in p.fields.get("Task", "")
     slip = rng.random() < _p(knobs, knobs.arithmetic_slip_p, retry)
     if obs:
         code, out = obs[-1][1], obs[-1][2].strip()
@@ -434,7 +436,7 @@ def prompt_rng(seed: int, prompt: str) -> random.Random:
     return random.Random(int(hashlib.sha1(f"{seed}|{prompt}".encode()).hexdigest()[:16], 16))
 
 class ScriptedTeacher:
-    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure in the data `style` (`DataStyle`: `span_findings`, see `finding`; `compare_by_code`, see `plan_steps`; `compare_cue`, see `comparison_code`; `code_cue`, see `code_policy`; `restate_question`, see `search_policy`)."
+    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure in the data `style` (`DataStyle`: `span_findings`, see `finding`; `compare_by_code`, see `plan_steps`; `compare_cue`, see `comparison_code`; `code_cue`, see `code_policy`; `restate_question` and `restate_plan_line`, see `search_policy`)."
     def __init__(self, tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, style: DataStyle = DataStyle()):
         self.knobs, self.seed, self.registry = knobs or MistakeKnobs(), seed, task_registry(tasks)
         search = lambda task, *a: search_policy(task, *a, span_findings=style.span_findings and task["kind"] not in style.sentence_kinds,
