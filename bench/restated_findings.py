@@ -9,7 +9,9 @@ for that hop (the hop's question about its page, or the teacher plan's line of t
 holds the hop's fact. An episode's hops are counted until the first hop where both are wrong (after it the episode
 reads another entity's pages). Each failed episode is also put down to one cause: its plan has fewer (or more) steps
 than the question's hops, it stopped before its plan's last step, a finding misread, or it read every hop and still
-answered wrong.
+answered wrong. A rung trained with `DataStyle.next_step_cue` ends each finding with what comes next ('Next: 3. Look up
+...' / 'Next: the answer.'): every such cue is counted by whether it is right against the student's own plan and
+whether the student then did what it says (a tool call after a step's line, none after the answer).
 
     python bench/restated_findings.py --run-dir runs/ladder_restate --rung mix_nano_restate_5M --style question --out restated_question
 
@@ -47,6 +49,31 @@ def failure(trajectory: str, hops: int, facts: list[str]) -> str:
     return "read every hop, answered wrong (ran on past the plan)" if len(findings) > steps else "read every hop, answered wrong"
 
 
+_CUED = re.compile(r"</observation>\s*<think>(.*?)</think>\s*(?:<(\w+)>)?", re.S)
+_TOOLS = ("web_search", "crawl_page", "code")
+
+
+def plan_lines(plan: str) -> dict[int, str]:
+    "The numbered lines of a student's plan body ('1. Look up A: ...? 2. Look up ...'), by step number."
+    return {int(n): f"{n}. {t.strip()}" for n, t in re.findall(r"(?:^|\s)(\d+)\. (.*?)(?=\s\d+\. |$)", plan.strip(), re.S)}
+
+
+def next_step_cues(trajectory: str) -> Counter:
+    "Each finding's closing cue ('Next: ...'): (what it names, 'right'/'wrong' against the plan written before it, 'followed'/'not followed')."
+    out = Counter()
+    for m in _CUED.finditer(trajectory):
+        cue = re.search(r"\bNext: (.*)$", m.group(1).strip(), re.S)
+        if not cue: continue
+        plans = re.findall(r"<plan>(.*?)</plan>", trajectory[:m.start()], re.S)
+        lines, step = plan_lines(plans[-1]) if plans else {}, re.match(r"\s*(\d+)\. ", m.group(1))
+        k = int(step.group(1)) if step else None
+        names, acted = ("the answer", m.group(2) not in _TOOLS) if cue.group(1) == "the answer." else ("a step", m.group(2) in _TOOLS)
+        later = sorted(n for n in lines if k is not None and n > k)
+        right = (not later and k in lines) if names == "the answer" else bool(later) and cue.group(1).strip() == lines[later[0]]
+        out[(names, "right" if right else "wrong", "followed" if acted else "not followed")] += 1
+    return out
+
+
 def main():
     from coa_lib.core import atomic_write_json, task_meta
     from sft_ladder import episode_args, rung_episodes
@@ -55,8 +82,9 @@ def main():
     a = ap.parse_args()
     t0 = time.perf_counter()
     rd, model, tasks, metrics, records = rung_episodes(a, "multihop")
-    counts, failures = Counter(), Counter()
+    counts, failures, cues = Counter(), Counter(), Counter()
     for r in records:
+        cues.update(next_step_cues(r["trajectory"]))
         task = {**tasks[r["task_id"]], "_meta": task_meta(tasks[r["task_id"]])}
         if not r["correct"]: failures[failure(r["trajectory"], task["_meta"]["hops"], [h["fact"] for h in task["_meta"]["path"]])] += 1
         for k, (hop, think) in enumerate(zip(task["_meta"]["path"], (t.strip() for t in _FINDING.findall(r["trajectory"])))):
@@ -68,12 +96,14 @@ def main():
     res = {"run_dir": str(rd), "rung": a.rung, "style": a.style, "model": str(model), "accuracy": metrics["accuracy"], "n": len(records),
            "findings": total(), "opening_right": total(o=True), "fact_right_when_opening_right": total(o=True, s=True),
            "fact_right_when_opening_wrong": total(o=False, s=True), "opening_wrong": total(o=False), "by_hop": rows, "failures": dict(failures.most_common()),
+           "next_step_cues": [{"names": n, "against_plan": r, "student": f, "findings": c} for (n, r, f), c in sorted(cues.items())],
            "wall_s": time.perf_counter() - t0}
     atomic_write_json(OUT / f"{a.out}.json", res)
     print(f"{a.rung}: {metrics['accuracy']:.3f} on {len(records)} multihop dev tasks; openings right {res['opening_right']} of "
           f"{res['findings']} findings; fact right {res['fact_right_when_opening_right']} of those, "
           f"{res['fact_right_when_opening_wrong']} of the {res['opening_wrong']} others")
     print(f"  failed episodes: {dict(failures.most_common())}")
+    for (n, r, f), c in sorted(cues.items()): print(f"  cue names {n}, {r} against its plan, {f}: {c}")
     for row in rows: print(f"  hop {row['hop']}: opening {'right' if row['opening_right'] else 'wrong'}, fact "
                            f"{'right' if row['fact_right'] else 'wrong'}: {row['findings']}")
 

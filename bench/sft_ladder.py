@@ -107,7 +107,8 @@ def phase_shares(kinds: tuple[str, ...], given: dict[str, float], profile: dict[
     return {k: profile[k] / total for k in kinds if profile.get(k)} if total else None
 
 
-STYLE_FLAGS = ("span_findings", "compare_by_code", "compare_cue", "code_cue", "restate_question", "restate_plan_line")   # DataStyle's switches, each a --flag / --no-flag
+STYLE_FLAGS = ("span_findings", "compare_by_code", "compare_cue", "code_cue", "restate_question", "restate_plan_line",
+               "next_step_cue")   # DataStyle's switches, each a --flag / --no-flag
 
 
 def teacher_config(a):
@@ -456,6 +457,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="SFT rows whose findings open with the step's question about the page (coa_lib.teacher.search_policy)")
     ap.add_argument("--restate-plan-line", action=argparse.BooleanOptionalAction, default=None,
                     help="SFT rows whose findings open with the step's line of the plan (coa_lib.teacher.search_policy)")
+    ap.add_argument("--next-step-cue", action=argparse.BooleanOptionalAction, default=None,
+                    help="SFT rows whose findings end with the plan's next line or 'Next: the answer.' (coa_lib.teacher.next_step_cue)")
     ap.add_argument("--sentence-kind", action="append", default=None, metavar="KIND",
                     help="with --span-findings: this kind's findings stay the page's sentences (repeatable)")
     ap.add_argument("--base-only", action="store_true", help="with --base-steps: only build the base of --size (quote, and reading with --base-reading)")

@@ -392,7 +392,7 @@ class MistakeKnobs:
 @dataclass(frozen=True)
 class DataStyle:
     "How the scripted teacher writes what students learn from; each option is off by default (the original style)."
-    added_fields = {"restate_question": False, "restate_plan_line": False}   # at these values, options added later write what was written before them
+    added_fields = {"restate_question": False, "restate_plan_line": False, "next_step_cue": False}   # at these values, options added later write what was written before them
     span_findings: bool = False     # the search agent reports 'Page, span.' (coa_lib.worlds spans), not the page's sentence
     compare_by_code: bool = False   # the planner ends a comparison with a code step that compares the two findings
     compare_cue: bool = False       # ... whose program prints its answer after its own words ('max born: Ann Bo'): the Result line copies from a cue
@@ -400,6 +400,7 @@ class DataStyle:
     code_cue: bool = False          # a code task's program reads its integer parameters from the question's words (coa_lib.problems.cued_solution)
     restate_question: bool = False  # the search agent's report opens with its step's question about the page ('which country is Dakrai in? ...')
     restate_plan_line: bool = False # ... or with its step's line of the plan, as the plan wrote it ('2. Look up the entity found in step 1: ...')
+    next_step_cue: bool = False     # the search agent's report ends with the plan's next line ('Next: 3. Look up ...') or 'Next: the answer.'
 
     def __post_init__(self):
         object.__setattr__(self, "sentence_kinds", tuple(self.sentence_kinds))

@@ -11,7 +11,7 @@ from typing import Callable, Iterable
 from .core import task_meta
 from .format import parse_coa
 from .llm import ScriptedBackend
-from .mas import CRITERIA, DataStyle, MistakeKnobs, Role
+from .mas import CRITERIA, DataStyle, MistakeKnobs, Role, parse_plan
 from .problems import cued_reference
 from .rewards import check_24, score
 from .tokenizer import IM_END, IM_START
@@ -20,8 +20,8 @@ from .tokenizer import IM_END, IM_START
 __all__ = ['HOP_QUESTIONS', 'COUNTRY_FOUNDED', 'COMPARED_NAMES', 'RETRY_NOTE', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'ParsedPrompt',
            'read_prompt', 'step_groups', 'unseen_numbers', 'hop_question', 'step_question', 'plan_steps',
            'comparison_values', 'comparison_code', 'planner_policy', 'finding', 'check_spans', 'misread_finding',
-           'search_policy', 'example_test', 'code_policy', 'critic_policy', 'verifier_policy', 'answerer_policy',
-           'task_registry', 'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
+           'next_step_cue', 'search_policy', 'example_test', 'code_policy', 'critic_policy', 'verifier_policy',
+           'answerer_policy', 'task_registry', 'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
 
 # %% ../nbs/05a_scripted_teacher.ipynb #8a1f0e65
 _MSG_RE = re.compile(re.escape(IM_START) + r"(\w+)\n(.*?)" + re.escape(IM_END), re.S)
@@ -247,9 +247,14 @@ def misread_finding(page: str, sentence: str, span: bool = False) -> str:
     "What a careless reader reports from a wrong sentence: the sentence; with `span`, the page and the sentence's predicate, in the shape of a right finding."
     return f"{page}, {_SUBJECT_RE.sub('', sentence).rstrip('.')}." if span else sentence
 
+def next_step_cue(context: str, k: int) -> str:
+    "How a report of step `k` ends under `DataStyle.next_step_cue`: the next line of the plan in `context` ('Next: 3. Look up ...'), or 'Next: the answer.' after its last."
+    later = [s for s in parse_plan(context.split("\nFindings:\n", 1)[0]) if s.num > k]
+    return f"Next: {later[0].num}. {later[0].text.replace(RETRY_NOTE, '').strip()}" if later else "Next: the answer."
+
 def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs, span_findings: bool = False,
-                  restate: bool = False, plan_line: bool = False) -> str:
-    "The scripted search agent: one turn (a tool call or a report; `restate`: the report opens with the step's question about its page; `plan_line`: with the step's line of the plan)."
+                  restate: bool = False, plan_line: bool = False, next_step: bool = False) -> str:
+    "The scripted search agent: one turn (a tool call or a report; `restate`: the report opens with the step's question about its page; `plan_line`: with the step's line of the plan; `next_step`: it ends with the plan's next line)."
     try: k = int(p.fields.get("Step", "0"))
     except ValueError: k = 0
     path, groups, retry = _gold_steps(task), step_groups(task), RETRY_NOTE in p.fields.get("Task", "")
@@ -265,13 +270,14 @@ def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: Mistak
         ask = step_question(path, groups[k - 1], page) if restate else None
         if ask: found = [ask[0].upper() + ask[1:]] + found              # 'Which country is Dakrai in? Dakrai is a city in Mounia.'
         if plan_line: found = [f"{k}. {p.fields.get('Task', '').replace(RETRY_NOTE, '').strip()}"] + found   # '2. Look up the entity found in step 1: ...'
+        cue = [next_step_cue(p.context, k)] if next_step else []
         if rng.random() < _p(knobs, knobs.misread_p, retry):
             others = [s for s in _sentences(seen_text) if not any(_contains(s, f) or _contains(f, s) for f in facts)
                       and re.search(r"\d{3,}|[A-Z][a-z]+ [A-Z]", s)]
             if others:
                 found = found[:-1] + [misread_finding(page, rng.choice(others), span_findings)]
-                return f"<think>This looks like what I need.</think>\n<report>{' '.join(found)}</report>"
-        return f"<think>The observation states what step {k} needs.</think>\n<report>{' '.join(found)}</report>"
+                return f"<think>This looks like what I need.</think>\n<report>{' '.join(found + cue)}</report>"
+        return f"<think>The observation states what step {k} needs.</think>\n<report>{' '.join(found + cue)}</report>"
     if not _contains(visible, page):
         return f"<think>I do not know which entity to look up: the findings do not name it.</think>\n<report>Not found: the entity of step {k} is unknown.</report>"
     if not obs:
@@ -436,11 +442,11 @@ def prompt_rng(seed: int, prompt: str) -> random.Random:
     return random.Random(int(hashlib.sha1(f"{seed}|{prompt}".encode()).hexdigest()[:16], 16))
 
 class ScriptedTeacher:
-    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure in the data `style` (`DataStyle`: `span_findings`, see `finding`; `compare_by_code`, see `plan_steps`; `compare_cue`, see `comparison_code`; `code_cue`, see `code_policy`; `restate_question` and `restate_plan_line`, see `search_policy`)."
+    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure in the data `style` (`DataStyle`: `span_findings`, see `finding`; `compare_by_code`, see `plan_steps`; `compare_cue`, see `comparison_code`; `code_cue`, see `code_policy`; `restate_question`, `restate_plan_line` and `next_step_cue`, see `search_policy`)."
     def __init__(self, tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, style: DataStyle = DataStyle()):
         self.knobs, self.seed, self.registry = knobs or MistakeKnobs(), seed, task_registry(tasks)
         search = lambda task, *a: search_policy(task, *a, span_findings=style.span_findings and task["kind"] not in style.sentence_kinds,
-                                                restate=style.restate_question, plan_line=style.restate_plan_line)
+                                                restate=style.restate_question, plan_line=style.restate_plan_line, next_step=style.next_step_cue)
         self.policies = {**ROLE_POLICIES, Role.SEARCH.value: search,
                          Role.PLANNER.value: functools.partial(planner_policy, compare_by_code=style.compare_by_code),
                          Role.CODE.value: functools.partial(code_policy, compare_cue=style.compare_cue, code_cue=style.code_cue)}
