@@ -331,8 +331,7 @@ def final_eval(model, tok, cfg, dev: list[dict], a) -> dict:
     return out
 
 
-RECIPE_RUNGS = ("mix_nano_codecue_avg08_5M", "mix_nano_codecue_avg08_5M_s1", "mix_nano_codecue_avg08_5M_s2",
-                "mix_nano_codecue_avg08_5M_s3")   # the full profile's recipe (code cue, tail averaging, the reading base), drawn bold and named
+RECIPE_RUNGS = ("mix_nano_planline_5M", "mix_nano_planline_5M_s1")   # the full profile's recipe (plan lines, code cue, tail averaging, the reading base), drawn bold and named
 FAMILY_COLORS = {"nano": "tab:blue", "tiny": "tab:orange", "small": "tab:red", "smollm2-135m": "tab:green"}
 
 
