@@ -11,6 +11,7 @@ from pathlib import Path
 from .cli import run_dir_arg
 from .core import PROFILES, atomic_write_json, atomic_write_text, check_profile, read_json, resolve_run_dir, stable_hash, temp_dir
 from .report import build_report
+from .run import Run, settings_hash
 
 # %% auto #0
 __all__ = ['RUNNER_NOTEBOOK', 'find_repo_root', 'stage_notebooks', 'select_notebooks', 'marker_path', 'attempts_path',
@@ -69,12 +70,13 @@ def earlier_runs(marker: Path, attempts: Path | None = None) -> list[dict]:
         out = old.get("earlier", []) + [{k: old[k] for k in ("profile", "seconds", "finished", "commit") if k in old}]
     return out + (read_json(attempts) if attempts is not None and attempts.exists() else [])
 
-def completed(run_dir: Path, nb: Path, profile: str) -> dict | None:
-    "The marker of `nb` in `run_dir` if it completed there with `profile`, else None."
+def completed(run_dir: Path, nb: Path, profile: str, settings: str | None = None) -> dict | None:
+    "The marker of `nb` in `run_dir` if it completed there with `profile` (and, where both are known, under the stage `settings`), else None."
     m = marker_path(run_dir, nb)
     if not m.exists(): return None
     info = read_json(m)
-    return info if info.get("profile") == profile else None
+    same = settings is None or info.get("settings") in (None, settings)    # a marker from before settings were recorded: as it is
+    return info if info.get("profile") == profile and same else None
 
 # %% ../nbs/14_reproduce.ipynb #9668f347
 @dataclass
@@ -176,6 +178,7 @@ def reproduce(profile: str = "full", run_dir: str | Path = "runs/full", start: s
     from tqdm.auto import tqdm
     check_profile(profile)
     run_dir = resolve_run_dir(run_dir)
+    settings = settings_hash(Run(run_dir, profile))        # every stage's settings at this profile, as the notebooks derive them
     nbs = select_notebooks(stage_notebooks(nbs_dir or find_repo_root() / "nbs"), start, only, until)
     runs = [NotebookRun(nb.stem) for nb in nbs]
     commit = git_commit(Path(nbs[0]).parent) if nbs else ""
@@ -184,13 +187,15 @@ def reproduce(profile: str = "full", run_dir: str | Path = "runs/full", start: s
     try:
         for nb, r in zip(nbs, runs):
             bar.set_postfix_str(nb.stem)
-            done = None if force else completed(run_dir, nb, profile)
+            done = None if force else completed(run_dir, nb, profile, settings)
             if done:
                 r.status, r.seconds = "skipped", 0.0
                 r.completed_seconds, r.finished, r.commit = done.get("seconds"), done.get("finished", ""), done.get("commit", "")
                 if done.get("source_hash") != _source_hash(nb):
                     print(f"note: {nb.name} changed since it completed; --force to run it again", file=sys.stderr)
             else:
+                if not force and completed(run_dir, nb, profile):
+                    print(f"note: {nb.name} completed under other stage settings; running it again (what is still current is found, not rebuilt)", file=sys.stderr)
                 attempts = attempts_path(run_dir, nb)
                 earlier = earlier_runs(marker_path(run_dir, nb), attempts)
                 marker_path(run_dir, nb).unlink(missing_ok=True)
@@ -207,7 +212,7 @@ def reproduce(profile: str = "full", run_dir: str | Path = "runs/full", start: s
                     break
                 r.status, r.completed_seconds, r.finished, r.commit = "done", round(r.seconds, 2), time.strftime("%Y-%m-%dT%H:%M:%S"), commit
                 atomic_write_json(marker_path(run_dir, nb), dict(notebook=nb.name, profile=profile, seconds=r.completed_seconds,
-                                  finished=r.finished, commit=commit, source_hash=_source_hash(nb), earlier=earlier))
+                                  finished=r.finished, commit=commit, source_hash=_source_hash(nb), settings=settings, earlier=earlier))
                 attempts.unlink(missing_ok=True)                   # folded into the marker's `earlier`
             bar.update(1)
     finally:

@@ -20,7 +20,7 @@ from .sft import SFTStageConfig
 from .tasks import TaskConfig
 
 # %% auto #0
-__all__ = ['CONFIGS', 'Run', 'as_run', 'run_dir_of', 'task_key', 'artifact_keys']
+__all__ = ['CONFIGS', 'Run', 'as_run', 'run_dir_of', 'task_key', 'artifact_keys', 'settings_hash']
 
 # %% ../nbs/14g_run.ipynb #299952b1
 CONFIGS = {"tasks": TaskConfig, "teacher": TeacherConfig, "filter": FilterConfig, "sft": SFTStageConfig, "rl": RLConfig,
@@ -73,3 +73,7 @@ def artifact_keys(run: Run) -> dict[str, str]:
 def key(self: Run, name: str) -> str:
     "The config hash the artifact `name` of this run is built under."
     return artifact_keys(self)[name]
+
+def settings_hash(run: Run) -> str:
+    "The hash of every stage's settings in `run` (what is built, not how fast): what a stage notebook completed under (`coa_lib.reproduce`)."
+    return stable_hash([run.vocab_size] + [[name, config_settings(getattr(run, name))] for name in CONFIGS])

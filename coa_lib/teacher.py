@@ -230,7 +230,7 @@ def planner_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: Mista
 def _p(knobs: MistakeKnobs, p: float, retry: bool) -> float:
     return p * knobs.retry_scale if retry else p
 
-# %% ../nbs/05a_scripted_teacher.ipynb #76646f83
+# %% ../nbs/05a_scripted_teacher.ipynb #c5ef6661
 def finding(step: dict, span: bool = False) -> str:
     "What the search agent reports for one gold step: the page's sentence; with `span`, the page and the span that states the fact ('Badrithal, a city in Thitroland.') where the step has one (world tasks; a benchmark's step has its sentence only)."
     return f"{step['page']}, {step['span']}." if span and step.get("span") else step["fact"]
@@ -252,6 +252,8 @@ def next_step_cue(context: str, k: int) -> str:
     later = [s for s in parse_plan(context.split("\nFindings:\n", 1)[0]) if s.num > k]
     return f"Next: {later[0].num}. {later[0].text.replace(RETRY_NOTE, '').strip()}" if later else "Next: the answer."
 
+
+# %% ../nbs/05a_scripted_teacher.ipynb #76646f83
 def search_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs, span_findings: bool = False,
                   restate: bool = False, plan_line: bool = False, next_step: bool = False) -> str:
     "The scripted search agent: one turn (a tool call or a report; `restate`: the report opens with the step's question about its page; `plan_line`: with the step's line of the plan; `next_step`: it ends with the plan's next line)."
