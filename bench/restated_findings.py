@@ -27,14 +27,14 @@ from multihop_failures import _FINDING   # a finding: the <think> right after an
 OUT = Path(__file__).resolve().parent / "results"
 
 
-def opening(style: str, task: dict, k: int) -> str:
-    "What the teacher's finding of hop `k` (0-based) of a multihop `task` (with `_meta`) opens with in `style`."
+def opening(style: str, task: dict, k: int, phrases: bool = False) -> str:
+    "What the teacher's finding of hop `k` (0-based) of a multihop `task` (with `_meta`) opens with in `style` (`phrases`: its plan lines end with the question's words, `DataStyle.plan_phrases`)."
     from coa_lib.teacher import hop_question, plan_steps
     hop = task["_meta"]["path"][k]
     if style == "question":
         ask = hop_question(hop["type"], hop["relation"], hop["page"])
         return ask[0].upper() + ask[1:]
-    return f"{k + 1}. {plan_steps(task)[k][1]}"
+    return f"{k + 1}. {plan_steps(task, phrases=phrases)[k][1]}"
 
 
 def failure(trajectory: str, hops: int, facts: list[str]) -> str:
@@ -79,6 +79,7 @@ def main():
     from sft_ladder import episode_args, rung_episodes
     ap = episode_args(__doc__, "multihop")
     ap.add_argument("--style", required=True, choices=("question", "plan_line"), help="the rung's restating data style")
+    ap.add_argument("--plan-phrases", action="store_true", help="the rung's plan lines end with the question's words for what they find")
     a = ap.parse_args()
     t0 = time.perf_counter()
     rd, model, tasks, metrics, records = rung_episodes(a, "multihop")
@@ -88,7 +89,7 @@ def main():
         task = {**tasks[r["task_id"]], "_meta": task_meta(tasks[r["task_id"]])}
         if not r["correct"]: failures[failure(r["trajectory"], task["_meta"]["hops"], [h["fact"] for h in task["_meta"]["path"]])] += 1
         for k, (hop, think) in enumerate(zip(task["_meta"]["path"], (t.strip() for t in _FINDING.findall(r["trajectory"])))):
-            opened, stated = think.startswith(opening(a.style, task, k)), hop["fact"] in think
+            opened, stated = think.startswith(opening(a.style, task, k, a.plan_phrases)), hop["fact"] in think
             counts[(k + 1, opened, stated)] += 1
             if not (opened or stated): break
     rows = [{"hop": h, "opening_right": o, "fact_right": s, "findings": n} for (h, o, s), n in sorted(counts.items())]

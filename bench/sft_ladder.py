@@ -108,7 +108,7 @@ def phase_shares(kinds: tuple[str, ...], given: dict[str, float], profile: dict[
 
 
 STYLE_FLAGS = ("span_findings", "compare_by_code", "compare_cue", "code_cue", "restate_question", "restate_plan_line",
-               "next_step_cue")   # DataStyle's switches, each a --flag / --no-flag
+               "next_step_cue", "plan_phrases")   # DataStyle's switches, each a --flag / --no-flag
 
 
 def teacher_config(a):
@@ -458,6 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="SFT rows whose findings open with the step's line of the plan (coa_lib.teacher.search_policy)")
     ap.add_argument("--next-step-cue", action=argparse.BooleanOptionalAction, default=None,
                     help="SFT rows whose findings end with the plan's next line or 'Next: the answer.' (coa_lib.teacher.next_step_cue)")
+    ap.add_argument("--plan-phrases", action=argparse.BooleanOptionalAction, default=None,
+                    help="SFT rows whose multihop plan lookups end with the question's words for what they find (coa_lib.teacher.found_phrases)")
     ap.add_argument("--sentence-kind", action="append", default=None, metavar="KIND",
                     help="with --span-findings: this kind's findings stay the page's sentences (repeatable)")
     ap.add_argument("--base-only", action="store_true", help="with --base-steps: only build the base of --size (quote, and reading with --base-reading)")

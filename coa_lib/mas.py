@@ -392,7 +392,7 @@ class MistakeKnobs:
 @dataclass(frozen=True)
 class DataStyle:
     "How the scripted teacher writes what students learn from; each option is off by default (the original style)."
-    added_fields = {"restate_question": False, "restate_plan_line": False, "next_step_cue": False}   # at these values, options added later write what was written before them
+    added_fields = {"restate_question": False, "restate_plan_line": False, "next_step_cue": False, "plan_phrases": False}   # at these values, options added later write what was written before them
     span_findings: bool = False     # the search agent reports 'Page, span.' (coa_lib.worlds spans), not the page's sentence
     compare_by_code: bool = False   # the planner ends a comparison with a code step that compares the two findings
     compare_cue: bool = False       # ... whose program prints its answer after its own words ('max born: Ann Bo'): the Result line copies from a cue
@@ -401,6 +401,7 @@ class DataStyle:
     restate_question: bool = False  # the search agent's report opens with its step's question about the page ('which country is Dakrai in? ...')
     restate_plan_line: bool = False # ... or with its step's line of the plan, as the plan wrote it ('2. Look up the entity found in step 1: ...')
     next_step_cue: bool = False     # the search agent's report ends with the plan's next line ('Next: 3. Look up ...') or 'Next: the answer.'
+    plan_phrases: bool = False      # a multihop plan's lookups end with the question's words for what they find ('(the country in which ... lies)')
 
     def __post_init__(self):
         object.__setattr__(self, "sentence_kinds", tuple(self.sentence_kinds))
@@ -408,6 +409,7 @@ class DataStyle:
         if self.restate_question and self.restate_plan_line: raise ValueError("a finding opens with the step's question or its plan line, not both")
         if self.sentence_kinds and not self.span_findings: raise ValueError("sentence_kinds keeps some kinds out of span findings: it needs span_findings")
 
+# %% ../nbs/05b_mas.ipynb #7d867821
 RECIPE_STYLE = DataStyle(code_cue=True,            # LOG 2026-12-07: with tail averaging, seed sd 1.8 on dev (3.6 without the cue)
                          restate_plan_line=True)   # LOG 2026-12-07: +4.0 [+0.4, +7.6] on dev over two seeds (next_step_cue: -14.0)
 

@@ -13,15 +13,16 @@ from .format import parse_coa
 from .llm import ScriptedBackend
 from .mas import CRITERIA, DataStyle, MistakeKnobs, Role, parse_plan
 from .problems import cued_reference
+from .tasks import RELATIONS, START_NP
 from .rewards import check_24, score
 from .tokenizer import IM_END, IM_START
 
 # %% auto #0
 __all__ = ['HOP_QUESTIONS', 'COUNTRY_FOUNDED', 'COMPARED_NAMES', 'RETRY_NOTE', 'GAME24_PROGRAM', 'ROLE_POLICIES', 'ParsedPrompt',
-           'read_prompt', 'step_groups', 'unseen_numbers', 'hop_question', 'step_question', 'plan_steps',
-           'comparison_values', 'comparison_code', 'planner_policy', 'finding', 'check_spans', 'misread_finding',
-           'next_step_cue', 'search_policy', 'example_test', 'code_policy', 'critic_policy', 'verifier_policy',
-           'answerer_policy', 'task_registry', 'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
+           'read_prompt', 'step_groups', 'unseen_numbers', 'hop_question', 'step_question', 'found_phrases',
+           'plan_steps', 'comparison_values', 'comparison_code', 'planner_policy', 'finding', 'check_spans',
+           'misread_finding', 'next_step_cue', 'search_policy', 'example_test', 'code_policy', 'critic_policy',
+           'verifier_policy', 'answerer_policy', 'task_registry', 'prompt_rng', 'ScriptedTeacher', 'scripted_backend']
 
 # %% ../nbs/05a_scripted_teacher.ipynb #8a1f0e65
 _MSG_RE = re.compile(re.escape(IM_START) + r"(\w+)\n(.*?)" + re.escape(IM_END), re.S)
@@ -136,16 +137,26 @@ def step_question(path: list[dict], group: list[int], target: str) -> str | None
 
 
 # %% ../nbs/05a_scripted_teacher.ipynb #93836ab1
-def plan_steps(task: dict, compare_by_code: bool = False) -> list[tuple[str, str]]:
-    "The (agent, sub-task) steps a competent planner writes for `task` (`compare_by_code`: a comparison ends with a code step that compares the findings)."
+def found_phrases(task: dict) -> list[str] | None:
+    "The question's own words for what each hop of a multihop world task finds ('the country in which the city of Dodi lies'), 'the answer' for the last; None for other tasks."
+    path = task["_meta"].get("path") or []
+    if task["kind"] != "multihop" or not path or any("relation" not in s for s in path): return None
+    relation = {(r.subject, r.name): r for r in RELATIONS}
+    phrase, out = START_NP[path[0]["type"]].format(x=path[0]["page"]), []
+    for s in path[:-1]:
+        phrase = relation[(s["type"], s["relation"])].np.format(x=phrase); out.append(phrase)
+    return out + ["the answer"]
+
+def plan_steps(task: dict, compare_by_code: bool = False, phrases: bool = False) -> list[tuple[str, str]]:
+    "The (agent, sub-task) steps a competent planner writes for `task` (`compare_by_code`: a comparison ends with a code step that compares the findings; `phrases`: a multihop lookup ends with the question's words for what it finds, see `found_phrases`)."
     kind, path, q = task["kind"], _gold_steps(task), task["question"]
-    steps, groups = [], step_groups(task)
-    for g in groups:
+    steps, groups, found = [], step_groups(task), (found_phrases(task) if phrases else None)
+    for i, g in enumerate(groups):
         page = path[g[0]]["page"]
         src = _source_step(path, groups, g[0]) if not _contains(q, page) else None
         target = f"the entity found in step {src}" if src else page
         ask = step_question(path, g, target)                       # what to read on the page (AFM's planner writes sub-questions)
-        steps.append((Role.SEARCH.value, f"Look up {target}: {ask}" if ask else f"Look up {target}."))
+        steps.append((Role.SEARCH.value, (f"Look up {target}: {ask}" if ask else f"Look up {target}.") + (f" ({found[i]})" if found else "")))
     if kind == "mixed" or (kind == "comparison" and compare_by_code): steps.append((Role.CODE.value, "Compute the answer from the findings."))
     elif kind == "math": steps.append((Role.CODE.value, "Compute the answer from the question's numbers."))
     elif kind == "game24": steps.append((Role.CODE.value, "Try every way to make 24 from the four numbers."))
@@ -211,10 +222,11 @@ def _suggest(task: dict, findings: dict[int, str]) -> str:
 # %% ../nbs/05a_scripted_teacher.ipynb #149fd62b
 RETRY_NOTE = "Check carefully."   # what a re-plan adds to each step to redo; the agents that read it take more care
 
-def planner_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs, compare_by_code: bool = False) -> str:
+def planner_policy(task: dict, p: ParsedPrompt, rng: random.Random, knobs: MistakeKnobs, compare_by_code: bool = False,
+                   phrases: bool = False) -> str:
     "The scripted planner: plan, re-plan from feedback, or suggest an answer."
     mode = p.fields.get("Mode", "plan")
-    steps = plan_steps(task, compare_by_code)
+    steps = plan_steps(task, compare_by_code, phrases)
     if mode == "suggest":
         ans = _suggest(task, p.findings)
         return f"<think>Reading the findings to settle the answer.</think>\n<suggested_answer>{ans}</suggested_answer>"
@@ -444,13 +456,13 @@ def prompt_rng(seed: int, prompt: str) -> random.Random:
     return random.Random(int(hashlib.sha1(f"{seed}|{prompt}".encode()).hexdigest()[:16], 16))
 
 class ScriptedTeacher:
-    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure in the data `style` (`DataStyle`: `span_findings`, see `finding`; `compare_by_code`, see `plan_steps`; `compare_cue`, see `comparison_code`; `code_cue`, see `code_policy`; `restate_question`, `restate_plan_line` and `next_step_cue`, see `search_policy`)."
+    "The offline teacher LLM: `teacher(prompt) -> completion` for every role, acting through the task's structure in the data `style` (`DataStyle`: `span_findings`, see `finding`; `compare_by_code` and `plan_phrases`, see `plan_steps`; `compare_cue`, see `comparison_code`; `code_cue`, see `code_policy`; `restate_question`, `restate_plan_line` and `next_step_cue`, see `search_policy`)."
     def __init__(self, tasks: Iterable[dict], knobs: MistakeKnobs | None = None, seed: int = 0, style: DataStyle = DataStyle()):
         self.knobs, self.seed, self.registry = knobs or MistakeKnobs(), seed, task_registry(tasks)
         search = lambda task, *a: search_policy(task, *a, span_findings=style.span_findings and task["kind"] not in style.sentence_kinds,
                                                 restate=style.restate_question, plan_line=style.restate_plan_line, next_step=style.next_step_cue)
         self.policies = {**ROLE_POLICIES, Role.SEARCH.value: search,
-                         Role.PLANNER.value: functools.partial(planner_policy, compare_by_code=style.compare_by_code),
+                         Role.PLANNER.value: functools.partial(planner_policy, compare_by_code=style.compare_by_code, phrases=style.plan_phrases),
                          Role.CODE.value: functools.partial(code_policy, compare_cue=style.compare_cue, code_cue=style.code_cue)}
 
     def __call__(self, prompt: str) -> str:

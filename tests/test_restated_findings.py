@@ -10,22 +10,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from restated_findings import _FINDING, next_step_cues, opening
 
 
-@pytest.mark.parametrize("style,cue", [("question", False), ("plan_line", False), ("plan_line", True)])
-def test_openings_are_the_teachers(style, cue):
+@pytest.mark.parametrize("style,cue,phrases", [("question", False, False), ("plan_line", False, False), ("plan_line", True, False),
+                                               ("plan_line", False, True)])
+def test_openings_are_the_teachers(style, cue, phrases):
     from coa_lib.core import task_meta
     from coa_lib.distill import trace_to_coa
     from coa_lib.mas import DataStyle, MistakeKnobs, run_teacher
     from coa_lib.tasks import make_task_suite
     from coa_lib.teacher import scripted_backend
     tasks = [{**t, "_meta": task_meta(t)} for t in make_task_suite(("multihop",), 6, "dev", seed=3, worlds_per_split=2)]
-    data_style = DataStyle(restate_question=style == "question", restate_plan_line=style == "plan_line", next_step_cue=cue)
+    data_style = DataStyle(restate_question=style == "question", restate_plan_line=style == "plan_line", next_step_cue=cue,
+                           plan_phrases=phrases)
     traces = list(run_teacher(tasks, scripted_backend(tasks, MistakeKnobs.perfect(), style=data_style), workers=1))
     hops = 0
     for task, trace in zip(tasks, traces):
         thinks = [t.strip() for t in _FINDING.findall(trace_to_coa(trace))]
         assert len(thinks) == len(task["_meta"]["path"])
         for k, think in enumerate(thinks):
-            assert think.startswith(opening(style, task, k)) and task["_meta"]["path"][k]["fact"] in think
+            assert think.startswith(opening(style, task, k, phrases)) and task["_meta"]["path"][k]["fact"] in think
             hops += 1
         if cue: assert next_step_cues(trace_to_coa(trace)) == Counter({("a step", "right", "followed"): len(thinks) - 1, ("the answer", "right", "followed"): 1})
     assert hops > len(tasks)                                   # some tasks have more than one hop

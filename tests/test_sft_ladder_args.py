@@ -40,10 +40,12 @@ def test_data_style_flags_default_to_the_profiles_style():
         assert teacher_config(build_parser().parse_args(["--profile", profile])).style == style
         assert teacher_config(build_parser().parse_args(["--profile", profile, "--no-code-cue"])).style.code_cue is False
         assert teacher_config(build_parser().parse_args(["--profile", profile, "--code-cue"])).style.code_cue is True
-        assert teacher_config(build_parser().parse_args(["--profile", profile, "--restate-question"])).style.restate_question is True
+        assert teacher_config(build_parser().parse_args(["--profile", profile, "--restate-question", "--no-restate-plan-line"])).style.restate_question is True
         assert teacher_config(build_parser().parse_args(["--profile", profile])).style.restate_question is False
-        assert teacher_config(build_parser().parse_args(["--profile", profile, "--restate-plan-line"])).style.restate_plan_line is True
+        assert teacher_config(build_parser().parse_args(["--profile", profile, "--no-restate-plan-line"])).style.restate_plan_line is False
+        assert teacher_config(build_parser().parse_args(["--profile", profile])).style.restate_plan_line is True   # the profiles' since 2026-12-07
         assert teacher_config(build_parser().parse_args(["--profile", profile, "--next-step-cue"])).style.next_step_cue is True
+        assert teacher_config(build_parser().parse_args(["--profile", profile, "--plan-phrases"])).style.plan_phrases is True
     assert teacher_config(build_parser().parse_args(["--profile", "full"])).style.code_cue   # the profile's students learn cued programs
 
 
