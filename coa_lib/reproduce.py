@@ -70,13 +70,12 @@ def earlier_runs(marker: Path, attempts: Path | None = None) -> list[dict]:
         out = old.get("earlier", []) + [{k: old[k] for k in ("profile", "seconds", "finished", "commit") if k in old}]
     return out + (read_json(attempts) if attempts is not None and attempts.exists() else [])
 
-def completed(run_dir: Path, nb: Path, profile: str, settings: str | None = None) -> dict | None:
-    "The marker of `nb` in `run_dir` if it completed there with `profile` (and, where both are known, under the stage `settings`), else None."
+def completed(run_dir: Path, nb: Path, profile: str) -> dict | None:
+    "The marker of `nb` in `run_dir` if it completed there with `profile`, else None."
     m = marker_path(run_dir, nb)
     if not m.exists(): return None
     info = read_json(m)
-    same = settings is None or info.get("settings") in (None, settings)    # a marker from before settings were recorded: as it is
-    return info if info.get("profile") == profile and same else None
+    return info if info.get("profile") == profile else None
 
 # %% ../nbs/14_reproduce.ipynb #9668f347
 @dataclass
@@ -187,14 +186,15 @@ def reproduce(profile: str = "full", run_dir: str | Path = "runs/full", start: s
     try:
         for nb, r in zip(nbs, runs):
             bar.set_postfix_str(nb.stem)
-            done = None if force else completed(run_dir, nb, profile, settings)
+            marker = None if force else completed(run_dir, nb, profile)
+            done = marker if marker and marker.get("settings") in (None, settings) else None   # a marker from before settings: as it is
             if done:
                 r.status, r.seconds = "skipped", 0.0
                 r.completed_seconds, r.finished, r.commit = done.get("seconds"), done.get("finished", ""), done.get("commit", "")
                 if done.get("source_hash") != _source_hash(nb):
                     print(f"note: {nb.name} changed since it completed; --force to run it again", file=sys.stderr)
             else:
-                if not force and completed(run_dir, nb, profile):
+                if marker:
                     print(f"note: {nb.name} completed under other stage settings; running it again (what is still current is found, not rebuilt)", file=sys.stderr)
                 attempts = attempts_path(run_dir, nb)
                 earlier = earlier_runs(marker_path(run_dir, nb), attempts)
